@@ -1,0 +1,1 @@
+"""agent-rein: post-training the model that writes web-agent harnesses (AutoHarness on the web)."""
