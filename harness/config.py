@@ -1,0 +1,179 @@
+"""Every knob of agent-rein in one table.
+
+Each knob is an env var (``W8_...``) and a flag of the numbered scripts
+(``--trace-task-seed 7`` for ``W8_TRACE_TASK_SEED``). Precedence: flag > env >
+default. A bad value stops the program with one line naming the variable.
+
+    from harness.config import load_config
+    cfg = load_config()                       # env vars only
+    cfg = load_config(argv=sys.argv[1:])      # flags too
+    cfg.trace_task_seed, cfg.as_dict()
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+
+class ConfigError(ValueError):
+    """A knob has a bad value; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str  # attribute name, e.g. "trace_task_seed"
+    type: Callable[[str], Any]
+    default: Any
+    doc: str
+    check: Callable[[Any], bool] = lambda v: True
+    rule: str = ""  # human form of `check`, shown in errors and --help
+
+    @property
+    def env(self) -> str:
+        return "W8_" + self.name.upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+def _choice(*values: str):
+    return (lambda v: v in values), "one of " + " | ".join(values)
+
+
+def _int_range(lo: int, hi: int | None = None):
+    if hi is None:
+        return (lambda v: v >= lo), f"an integer >= {lo}"
+    return (lambda v: lo <= v <= hi), f"an integer in [{lo}, {hi}]"
+
+
+def _unit_open_closed():
+    return (lambda v: 0.0 < v <= 1.0), "a number in (0, 1]"
+
+
+def _unit_closed():
+    return (lambda v: 0.0 <= v <= 1.0), "a number in [0, 1]"
+
+
+def _positive():
+    return (lambda v: v > 0), "a number > 0"
+
+
+def _knob(name, type_, default, doc, rule=None):
+    check, text = rule if rule else ((lambda v: True), "")
+    return Knob(name, type_, default, doc, check, text)
+
+
+# The one table. Keep the seed names (HARNESS_MODEL, HARNESS_GOLD_THRESHOLD,
+# HARNESS_SFT_STEPS) stable: run scripts and sky/r3.yaml refer to them.
+KNOBS: tuple[Knob, ...] = (
+    _knob("backend", str, "local", "trainer backend: local (TRL on CPU) or skyrl (GCP GPU node)",
+          _choice("local", "skyrl")),
+    _knob("harness_model", str, "smollm2-135m",
+          "operator model: 'smollm2-135m' (embedded GGUF), an HF id, or a local HF directory"),
+    _knob("operator", str, "auto", "mutation operator: auto (hf locally, vllm on skyrl) | deterministic | hf | vllm | openai",
+          _choice("auto", "deterministic", "hf", "vllm", "openai")),
+    _knob("harness_gold_threshold", float, 0.90, "balanced accuracy at which a harness is gold",
+          _unit_open_closed()),
+    _knob("reward_recall_weight", float, 0.2, "w in reward = (1-w)*balanced_accuracy + w*effective_recall",
+          _unit_closed()),
+    _knob("search_c", float, 20.0, "Thompson-sampling weight C in Beta(1+C*h, 1+C*(1-h)+N)", _positive()),
+    _knob("harness_sft_steps", int, 0, "oracle SFT warm-start steps before GRPO (0 skips step 02)",
+          _int_range(0)),
+    _knob("train_count", int, 512, "number of train tasks (GRPO prompts)", _int_range(1)),
+    _knob("train_examples_per_obs", int, 24, "labeled actions per train task", _int_range(2, 64)),
+    _knob("grpo_epochs", int, 2, "passes over the train tasks", _int_range(1)),
+    _knob("trace_task_seed", int, 7, "seed of the (first) held-out trace task", _int_range(0)),
+    _knob("trace_examples_per_obs", int, 24, "labeled actions in a trace task", _int_range(2, 64)),
+    _knob("trace_max_iterations", int, 16, "refinements per search (a trace has at most this + 1 nodes)",
+          _int_range(0, 1000)),
+    _knob("trace_tasks", int, 1, "number of held-out trace tasks (seeds trace_task_seed, +1, ...)",
+          _int_range(1, 100)),
+    _knob("sandbox", str, "auto", "where model code runs: auto (daytona if DAYTONA_API_KEY) | local | daytona",
+          _choice("auto", "local", "daytona")),
+    _knob("sandbox_timeout_s", float, 2.0, "wall-time limit for one program on one task", _positive()),
+    _knob("run_id", str, "", "run folder name; empty derives one from pipeline, model, seed and time"),
+)
+
+BY_NAME = {k.name: k for k in KNOBS}
+
+
+class Config:
+    """Resolved knob values; attribute access by knob name."""
+
+    def __init__(self, values: dict[str, Any]):
+        self._values = dict(values)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self._values)
+
+    def replace(self, **changes: Any) -> "Config":
+        values = dict(self._values)
+        for name, value in changes.items():
+            values[name] = _validate(BY_NAME[name], value, BY_NAME[name].env)
+        return Config(values)
+
+
+def _validate(knob: Knob, raw: Any, source: str) -> Any:
+    try:
+        value = knob.type(raw) if isinstance(raw, str) or not isinstance(raw, knob.type) else raw
+    except (TypeError, ValueError):
+        raise ConfigError(f"{source}={raw!r}: expected {knob.rule or knob.type.__name__}") from None
+    if not knob.check(value):
+        raise ConfigError(f"{source}={raw!r}: expected {knob.rule}")
+    return value
+
+
+def add_flags(parser: argparse.ArgumentParser, names: Sequence[str] | None = None) -> None:
+    """Add one flag per knob (all, or `names`) to a script's parser."""
+    for knob in KNOBS:
+        if names is None or knob.name in names:
+            parser.add_argument(knob.flag, dest=knob.name, default=None, metavar=knob.type.__name__.upper(),
+                                help=f"{knob.doc} [env {knob.env}, default {knob.default!r}]")
+
+
+def load_config(argv: Sequence[str] | None = None, env: dict[str, str] | None = None,
+                parser: argparse.ArgumentParser | None = None) -> Config:
+    """Resolve every knob from flags (if argv is given), env vars, then defaults."""
+    env = os.environ if env is None else env
+    flags: dict[str, Any] = {}
+    if argv is not None:
+        parser = parser or argparse.ArgumentParser()
+        if not any(a.dest == KNOBS[0].name for a in parser._actions):
+            add_flags(parser)
+        flags = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+    values = {}
+    for knob in KNOBS:
+        if knob.name in flags:
+            values[knob.name] = _validate(knob, flags[knob.name], knob.flag)
+        elif env.get(knob.env, "") != "":
+            values[knob.name] = _validate(knob, env[knob.env], knob.env)
+        else:
+            values[knob.name] = knob.default
+    return Config(values)
+
+
+def load_config_or_exit(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> Config:
+    """load_config for scripts: a bad knob prints one line and exits 2."""
+    try:
+        return load_config(argv, parser=parser)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def knob_table_markdown() -> str:
+    """The knob table as Markdown (the README embeds this)."""
+    rows = ["| env var | default | meaning |", "|---|---|---|"]
+    rows += [f"| `{k.env}` | `{k.default}` | {k.doc} |" for k in KNOBS]
+    return "\n".join(rows)
