@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -63,6 +64,15 @@ def _positive():
     return (lambda v: v > 0), "a number > 0"
 
 
+def _accelerators():
+    # SkyPilot's own format rule (<name> or <name>:<count>, count > 0); `make dry-run` then runs the
+    # string through SkyPilot's parser too. Unknown GPU names only fail at launch (catalog is online).
+    def check(v: str) -> bool:
+        m = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*(?::(\d+(?:\.\d+)?))?", v)
+        return bool(m) and (m.group(1) is None or float(m.group(1)) > 0)
+    return check, "a SkyPilot accelerator string <name>[:<count>], e.g. A100:8"
+
+
 def _knob(name, type_, default, doc, rule=None):
     check, text = rule if rule else ((lambda v: True), "")
     return Knob(name, type_, default, doc, check, text)
@@ -97,6 +107,8 @@ KNOBS: tuple[Knob, ...] = (
           _choice("auto", "local", "daytona")),
     _knob("sandbox_timeout_s", float, 2.0, "wall-time limit for one program on one task", _positive()),
     _knob("run_id", str, "", "run folder name; empty derives one from pipeline, model, seed and time"),
+    _knob("accelerators", str, "A100:8", "GPUs of the GCP node (sky launch --gpus); recorded in run_config.json",
+          _accelerators()),
 )
 
 BY_NAME = {k.name: k for k in KNOBS}
