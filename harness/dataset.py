@@ -11,10 +11,26 @@ drawn deterministically from `seed` and balanced (each class >= 40%).
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
+import os
+import random
+import zlib
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from functools import cache
+from pathlib import Path
+from typing import Any, Iterable
+
+DATA_DIR = Path(__file__).parent / "data"
+SNAPSHOT_PATH = DATA_DIR / "harness_legality.jsonl.gz"
+MANIFEST_PATH = DATA_DIR / "manifest.json"
+SPLITS = ("train", "heldout")
+MIN_CLASS_SHARE = 0.4  # a task's minority class is at least this share of its examples
+
+
+class DatasetError(ValueError):
+    """A snapshot or task request that cannot be served; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -61,3 +77,115 @@ class Task:
     def to_json(self) -> dict[str, Any]:
         return {**self.identity(), "goal": self.goal, "state": self.state,
                 "examples": [asdict(e) for e in self.examples]}
+
+
+# ---- splits, snapshot files ---------------------------------------------------------------
+def split_of(page: str) -> str:
+    """Train vs held-out by page (never by observation): a fixed ~20% of pages are held out."""
+    return "heldout" if zlib.crc32(page.encode()) % 5 == 0 else "train"
+
+
+def write_snapshot(records: Iterable[dict], path: Path = SNAPSHOT_PATH) -> int:
+    """Write observation records as gzipped JSON lines, atomically (temp file, then rename)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    count = 0
+    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as f:
+        for record in records:
+            f.write(json.dumps(record, sort_keys=True) + "\n")
+            count += 1
+    os.replace(tmp, path)
+    return count
+
+
+@cache
+def _load(path: str) -> tuple[dict, ...]:
+    p = Path(path)
+    if not p.exists():
+        raise DatasetError(f"snapshot not found: {p} (run `make harvest` to build it)")
+    try:
+        with gzip.open(p, "rt", encoding="utf-8") as f:
+            records = tuple(json.loads(line) for line in f if line.strip())
+    except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DatasetError(f"snapshot is corrupt: {p}: {err} (restore it with git or run `make harvest`)") from None
+    missing = [k for k in ("obs_id", "page", "seed", "split", "state", "actions") if records and k not in records[0]]
+    if not records or missing:
+        raise DatasetError(f"snapshot is corrupt: {p}: " + (f"missing fields {missing}" if missing else "no records"))
+    return records
+
+
+def load_snapshot(path: str | Path = SNAPSHOT_PATH) -> list[dict]:
+    """All observation records: obs_id, page, seed, split, goal, state, actions[...]."""
+    return list(_load(str(Path(path).resolve())))
+
+
+def examples_of(record: dict) -> list[Example]:
+    return [Example(state=record["state"], action=a["action"], legal=a["legal"], error=a["error"],
+                    dom_changed=a["dom_changed"], action_type=action_type(a["action"]),
+                    obs_id=record["obs_id"], dom_diff=a.get("dom_diff", {})) for a in record["actions"]]
+
+
+def action_type(action: str) -> str:
+    """The verb of an action string ('click', 'fill', ...), 'unknown_verb', or 'malformed'."""
+    from harness.oracle import KNOWN_VERBS, parse_action
+
+    parsed = parse_action(action)
+    if parsed is None:
+        return "malformed"
+    return parsed[0] if parsed[0] in KNOWN_VERBS else "unknown_verb"
+
+
+# ---- tasks --------------------------------------------------------------------------------
+def _records_for(split: str, path: Path) -> list[dict]:
+    if split not in SPLITS:
+        raise DatasetError(f"unknown split {split!r}: expected one of {', '.join(SPLITS)}")
+    return [r for r in load_snapshot(path) if r["split"] == split]
+
+
+def _balanced_draw(examples: list[Example], n: int, rng: random.Random) -> list[Example] | None:
+    pos = [e for e in examples if e.legal]
+    neg = [e for e in examples if not e.legal]
+    lo = -(-int(MIN_CLASS_SHARE * n * 1000) // 1000)  # ceil(0.4 * n)
+    if len(pos) < lo or len(neg) < lo or len(examples) < n:
+        return None
+    n_pos = min(len(pos), max(lo, n - len(neg), round(n * len(pos) / len(examples))))
+    n_pos = min(n_pos, n - lo)
+    chosen = rng.sample(pos, n_pos) + rng.sample(neg, n - n_pos)
+    rng.shuffle(chosen)
+    return chosen
+
+
+def make_task(split: str = "heldout", seed: int = 0, examples_per_obs: int = 24,
+              path: str | Path = SNAPSHOT_PATH) -> Task:
+    """One observation of `split` and `examples_per_obs` balanced labeled actions, fixed by `seed`.
+
+    The observation is drawn by seed among those that can give a balanced task of that
+    size (each class >= 40%); a request no observation can satisfy raises DatasetError.
+    """
+    if not isinstance(examples_per_obs, int) or examples_per_obs <= 0:
+        raise DatasetError(f"examples_per_obs must be a positive integer, got {examples_per_obs!r}")
+    records = _records_for(split, Path(path))
+    rng = random.Random(f"task:{split}:{seed}:{examples_per_obs}")
+    order = list(range(len(records)))
+    rng.shuffle(order)
+    for i in order:
+        record = records[i]
+        chosen = _balanced_draw(examples_of(record), examples_per_obs, rng)
+        if chosen is not None:
+            return Task(task_id=f"{split}/{record['obs_id']}/seed{seed}/n{examples_per_obs}", split=split,
+                        seed=seed, obs_id=record["obs_id"], page=record["page"], goal=record.get("goal", ""),
+                        state=record["state"], examples=tuple(chosen))
+    most = max((len(r["actions"]) for r in records), default=0)
+    raise DatasetError(f"no {split} observation can give {examples_per_obs} balanced examples "
+                       f"(each class >= {MIN_CLASS_SHARE:.0%}; the largest observation has {most} actions)")
+
+
+def heldout_examples(exclude_obs_id: str, n_obs: int = 8, per_obs: int = 16, seed: int = 0,
+                     path: str | Path = SNAPSHOT_PATH) -> list[Example]:
+    """Balanced examples from other held-out observations (a gold harness's generalisation check)."""
+    records = [r for r in _records_for("heldout", Path(path)) if r["obs_id"] != exclude_obs_id]
+    rng = random.Random(f"heldout-check:{exclude_obs_id}:{seed}")
+    out: list[Example] = []
+    for record in rng.sample(records, min(n_obs, len(records))):
+        out += _balanced_draw(examples_of(record), per_obs, rng) or []
+    return out
