@@ -1,0 +1,200 @@
+"""Composite reward and the gold test for a harness program on labeled examples.
+
+    from harness.rewards import score_harness, is_gold
+    s = score_harness(code, task.examples)   # runs the code in the sandbox, scores in this process
+    s.reward, s.balanced_accuracy, s.effective_recall, s.valid, s.reason, s.failures
+    is_gold(s)                               # balanced_accuracy >= 0.90 (knob harness_gold_threshold)
+
+The arithmetic (DESIGN.md, legal = positive):
+- balanced_accuracy = (TPR + TNR) / 2; if a class has no examples, the other class's
+  rate alone (make_task never builds such a task; this only keeps hand-made sets defined);
+- effective_recall = share of `dom_changed` examples predicted legal (the DOMDiff term:
+  never block an action that demonstrably changes the page). With no `dom_changed`
+  example it falls back to the TPR (share of legal examples predicted legal), so the term
+  keeps meaning "do not block what works" and never pays a harness for blocking;
+- reward = (1 - w) * balanced_accuracy + w * effective_recall, w = reward_recall_weight;
+- a prediction that is not a bool (the harness raised, timed out on that example or
+  returned something else: the sandbox reports None) is wrong for either label, and is
+  not "predicted legal" for the recall term;
+- an invalid program (no code, no valid function, crash on load, whole-run timeout) gets
+  reward 0, all metrics 0, valid=False and a one-line reason.
+
+Labels never enter the process that runs the code: only `Example.unlabeled()` goes to the
+sandbox; this module compares the returned predictions with the labels.
+`score_harness` never raises on bad programs: whatever the sandbox or validation reports
+becomes a scored, invalid result with its reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+from harness.dataset import Example
+
+DEFAULT_RECALL_WEIGHT = 0.2
+DEFAULT_GOLD_THRESHOLD = 0.90
+MAX_ERROR_CHARS = 300  # harness/browser error texts are clipped: they feed prompts and traces
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One example the harness got wrong, with what the mutation operator is shown."""
+
+    index: int  # position in the scored example list
+    state: str
+    action: str
+    expected: bool  # the browser's label
+    got: bool | None  # the harness's answer (None: raised, timed out or returned a non-bool)
+    error: str = ""  # the browser's error text for this action ("" when legal)
+    harness_error: str = ""  # what went wrong inside the harness on this example, if anything
+    action_type: str = ""
+    dom_changed: bool = False
+
+    def to_json(self, state_chars: int | None = None) -> dict[str, Any]:
+        out = asdict(self)
+        if state_chars is not None:
+            out["state"] = self.state[:state_chars]
+        return out
+
+
+@dataclass(frozen=True)
+class Score:
+    """Reward and its parts for one program on one example set."""
+
+    reward: float
+    balanced_accuracy: float
+    accuracy: float
+    effective_recall: float
+    valid: bool
+    reason: str  # "" for a valid program; else why it scored 0
+    tpr: float = 0.0
+    tnr: float = 0.0
+    n_examples: int = 0
+    n_wrong: int = 0
+    n_bad_returns: int = 0  # examples where the harness raised, timed out or returned a non-bool
+    failures: tuple[Failure, ...] = field(default_factory=tuple)
+    predictions: tuple[bool | None, ...] = field(default_factory=tuple)
+    wall_s: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """The scalar fields (no failures, no predictions): what traces and logs keep."""
+        keys = ("reward", "balanced_accuracy", "accuracy", "effective_recall", "valid", "reason",
+                "tpr", "tnr", "n_examples", "n_wrong", "n_bad_returns", "wall_s")
+        return {k: getattr(self, k) for k in keys}
+
+
+def _clip(text: str, n: int = MAX_ERROR_CHARS) -> str:
+    text = str(text or "")
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _rate(hits: int, total: int) -> float | None:
+    return hits / total if total else None
+
+
+def invalid_score(reason: str, n_examples: int = 0, wall_s: float = 0.0) -> Score:
+    """The score of a program that could not be run at all: reward 0 and the reason."""
+    return Score(0.0, 0.0, 0.0, 0.0, False, _clip(reason) or "invalid program", n_examples=n_examples,
+                 wall_s=wall_s)
+
+
+def score_predictions(predictions: Sequence[Any], examples: Sequence[Example],
+                      recall_weight: float = DEFAULT_RECALL_WEIGHT,
+                      example_errors: Sequence[str] | None = None, wall_s: float = 0.0) -> Score:
+    """The reward arithmetic on predictions (one per example; anything but a bool is wrong)."""
+    if len(predictions) != len(examples):
+        return invalid_score(f"harness returned {len(predictions)} predictions for {len(examples)} examples",
+                             len(examples), wall_s)
+    if not examples:
+        return invalid_score("no examples to score", 0, wall_s)
+    preds = tuple(p if isinstance(p, bool) else None for p in predictions)
+    errors = list(example_errors or []) + [""] * len(examples)
+    tp = sum(1 for p, e in zip(preds, examples) if e.legal and p is True)
+    tn = sum(1 for p, e in zip(preds, examples) if not e.legal and p is False)
+    n_pos = sum(1 for e in examples if e.legal)
+    n_neg = len(examples) - n_pos
+    tpr, tnr = _rate(tp, n_pos), _rate(tn, n_neg)
+    rates = [r for r in (tpr, tnr) if r is not None]
+    balanced = sum(rates) / len(rates)
+    changed = [p for p, e in zip(preds, examples) if e.dom_changed]
+    if changed:
+        recall = sum(1 for p in changed if p is True) / len(changed)
+    else:  # no DOMDiff evidence: fall back to recall on the legal examples (see module doc)
+        recall = tpr if tpr is not None else 1.0 - (tnr or 0.0)
+    reward = (1.0 - recall_weight) * balanced + recall_weight * recall
+    failures = tuple(
+        Failure(i, e.state, e.action, e.legal, p, _clip(e.error), _clip(errors[i]), e.action_type, e.dom_changed)
+        for i, (p, e) in enumerate(zip(preds, examples)) if p is not e.legal)
+    return Score(reward=reward, balanced_accuracy=balanced, accuracy=(tp + tn) / len(examples),
+                 effective_recall=recall, valid=True, reason="", tpr=tpr if tpr is not None else 0.0,
+                 tnr=tnr if tnr is not None else 0.0, n_examples=len(examples), n_wrong=len(failures),
+                 n_bad_returns=sum(1 for p in preds if p is None), failures=failures, predictions=preds,
+                 wall_s=wall_s)
+
+
+def is_gold(score: Score | float, threshold: float = DEFAULT_GOLD_THRESHOLD) -> bool:
+    """Gold iff the program is valid and its balanced accuracy reaches the threshold."""
+    if isinstance(score, Score):
+        return score.valid and score.balanced_accuracy >= threshold
+    return float(score) >= threshold
+
+
+def score_harness(code: str | None, examples: Sequence[Example], recall_weight: float = DEFAULT_RECALL_WEIGHT,
+                  timeout_s: float = 2.0, runner: Callable[..., Any] | None = None) -> Score:
+    """Validate `code`, run it on the unlabeled examples in the sandbox and score the predictions.
+
+    `code` is program text already extracted from model output (harness.interface does the
+    extraction); None or "" means nothing was extracted. `runner` defaults to
+    harness.sandbox.run_harness (same signature). Never raises for a bad program.
+    """
+    examples = list(examples)
+    try:
+        return _score_harness(code, examples, recall_weight, timeout_s, runner)
+    except Exception as err:  # a scored result with a reason, never an exception into the search
+        return invalid_score(f"scoring failed: {type(err).__name__}: {err}", len(examples))
+
+
+def _score_harness(code: str | None, examples: list[Example], recall_weight: float, timeout_s: float,
+                   runner: Callable[..., Any] | None) -> Score:
+    if not code or not str(code).strip():
+        return invalid_score("no code in the model output", len(examples))
+    problem = _validation_problem(code)
+    if problem:
+        return invalid_score(problem, len(examples))
+    if runner is None:
+        from harness.sandbox import run_harness as runner
+    try:
+        run = runner(code, [e.unlabeled() for e in examples], timeout_s=timeout_s)
+    except Exception as err:  # the sandbox must not take the search down with it
+        return invalid_score(f"sandbox failed: {type(err).__name__}: {err}", len(examples))
+    wall_s = float(getattr(run, "wall_s", 0.0) or 0.0)
+    if not run.ok:
+        return invalid_score(run.error or "program failed", len(examples), wall_s)
+    errors = list(getattr(run, "example_errors", None) or [])
+    return score_predictions(list(run.predictions or []), examples, recall_weight, errors, wall_s)
+
+
+def _validation_problem(code: str) -> str:
+    """harness.interface's one-line rejection reason for `code`, or "" if it meets the contract."""
+    from harness.interface import validate_code
+
+    try:
+        result = validate_code(code)
+    except Exception as err:  # validation is static, but bad input must still become a reason
+        return f"validation failed: {type(err).__name__}: {err}"
+    if isinstance(result, str):
+        return result
+    return "" if getattr(result, "ok", False) else str(getattr(result, "reason", "") or "invalid program")
+
+
+def score_text(text: str | bytes | None, examples: Sequence[Example], recall_weight: float = DEFAULT_RECALL_WEIGHT,
+               timeout_s: float = 2.0, runner: Callable[..., Any] | None = None) -> tuple[str, Score]:
+    """Extract the program from raw model output (harness.interface) and score it: (code, score)."""
+    from harness.interface import extract_code
+
+    try:
+        code = extract_code(text if text is not None else "")
+    except Exception as err:
+        return "", invalid_score(f"extraction failed: {type(err).__name__}: {err}", len(list(examples)))
+    return code, score_harness(code, examples, recall_weight, timeout_s, runner)

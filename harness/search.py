@@ -1,0 +1,376 @@
+"""Thompson-sampling tree search over harness programs (REx, as AutoHarness uses it).
+
+    from harness.search import run_search
+    trace = run_search(task, operator, max_iterations=16, gold_threshold=0.90, state_path="s.json")
+    trace.steps_to_first_gold(), trace.to_trace()
+
+    python -m harness.search --operator deterministic --task-seed 7       # one search, watched
+
+- node 0 is the operator's zero-shot answer to build_zero_shot_prompt(task) (no seed program);
+- each iteration draws theta_i ~ Beta(1 + C*h_i, 1 + C*(1 - h_i) + N_i) for every node
+  (h = reward, N = times refined) with a seeded RNG, refines the argmax with up to five
+  failing examples, scores the child and adds it;
+- it stops at the first gold node (balanced accuracy >= gold_threshold) or after
+  max_iterations refinements, so a trace has at most max_iterations + 1 nodes;
+- steps_to_first_gold = index of the first gold node, None if none;
+- a gold node also records its accuracy on examples of other held-out observations.
+
+The search state (nodes, refinement counts, RNG state, budget used) is written atomically
+(temp file + os.replace) after every node. With `state_path` set, a search that was killed
+resumes from the last node written; with the deterministic operator the resumed trace
+equals an uninterrupted one (wall times aside). LLM operators get a per-node seed derived
+from the search seed and the node index, so a resumed sampled search asks the same
+questions with the same seeds. A state file of another task, operator or knob setting is
+refused, never silently reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from harness.dataset import Example
+from harness.mutation import MAX_FAILURES, Operator
+from harness.rewards import Failure, Score, is_gold, score_harness, score_text
+
+TRACE_VERSION = 1
+# Fields that differ between two runs of the same search (timing only).
+TIMING_FIELDS = ("wall_s", "operator_wall_s", "score_wall_s")
+
+
+class SearchStateError(ValueError):
+    """A saved search state does not belong to this search; the message names the mismatch."""
+
+
+@dataclass
+class Node:
+    """One program in the search tree and how it scored."""
+
+    index: int
+    parent: int | None
+    reward: float
+    balanced_accuracy: float
+    accuracy: float
+    effective_recall: float
+    valid: bool
+    reason: str
+    gold: bool
+    code: str
+    heldout_accuracy: float | None = None  # gold nodes only: accuracy on other held-out observations
+    n_wrong: int = 0
+    failures: list[dict[str, Any]] = field(default_factory=list)  # the ones shown when this node is refined
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    wall_s: float = 0.0
+    operator_wall_s: float = 0.0
+    score_wall_s: float = 0.0
+
+
+@dataclass
+class Trace:
+    """A search: task identity, knobs, operator, nodes; JSON via to_trace()/from_trace()."""
+
+    task: dict[str, Any]
+    knobs: dict[str, Any]
+    operator: dict[str, Any]
+    nodes: list[Node] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def steps_to_first_gold(self) -> int | None:
+        return next((n.index for n in self.nodes if n.gold), None)
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.nodes) and (self.nodes[-1].gold or len(self.nodes) > self.knobs["max_iterations"])
+
+    def to_trace(self) -> dict[str, Any]:
+        nodes = [asdict(n) for n in self.nodes]
+        prompt = sum(n.prompt_tokens for n in self.nodes)
+        completion = sum(n.completion_tokens for n in self.nodes)
+        best = max(self.nodes, key=lambda n: (n.reward, -n.index), default=None)
+        steps = self.steps_to_first_gold()
+        return {
+            "version": TRACE_VERSION, "task": self.task, "knobs": self.knobs, "operator": self.operator,
+            "steps_to_first_gold": steps, "n_nodes": len(self.nodes), "finished": self.finished,
+            "stop_reason": "gold" if steps is not None else ("budget" if self.finished else "running"),
+            "best_node": best.index if best else None, "best_reward": best.reward if best else None,
+            "best_balanced_accuracy": max((n.balanced_accuracy for n in self.nodes), default=None),
+            "tokens": {"prompt": prompt, "completion": completion, "total": prompt + completion},
+            "wall_s": self.wall_s, "nodes": nodes,
+        }
+
+    @classmethod
+    def from_trace(cls, data: dict[str, Any]) -> "Trace":
+        nodes = [Node(**n) for n in data.get("nodes", [])]
+        return cls(data["task"], data["knobs"], data["operator"], nodes, data.get("wall_s", 0.0))
+
+
+def steps_to_first_gold(trace: Trace | dict[str, Any]) -> int | None:
+    """Index of the first gold node of a trace (object or JSON), None if no node is gold."""
+    nodes = trace.nodes if isinstance(trace, Trace) else [Node(**n) for n in trace.get("nodes", [])]
+    return next((n.index for n in nodes if n.gold), None)
+
+
+def without_timing(trace: dict[str, Any]) -> dict[str, Any]:
+    """A trace JSON with the wall times removed: what two runs of one search must share."""
+    out = {k: v for k, v in trace.items() if k not in TIMING_FIELDS}
+    out["nodes"] = [{k: v for k, v in n.items() if k not in TIMING_FIELDS} for n in trace.get("nodes", [])]
+    return out
+
+
+# ---- failures shown to the operator ----------------------------------------------------
+
+def select_failures(failures: Sequence[Failure], k: int = MAX_FAILURES) -> list[Failure]:
+    """Up to k failures, round-robin over (expected label, action type) groups in first-seen order.
+
+    So five shown failures cover several kinds of mistake rather than five of one kind.
+    """
+    groups: dict[tuple[bool, str], list[Failure]] = {}
+    for f in failures:
+        groups.setdefault((f.expected, f.action_type), []).append(f)
+    out: list[Failure] = []
+    while len(out) < k and any(groups.values()):
+        for group in groups.values():
+            if group and len(out) < k:
+                out.append(group.pop(0))
+    return sorted(out, key=lambda f: f.index)
+
+
+def failures_to_show(score: Score, examples: Sequence[Example]) -> list[Failure]:
+    """The failures a refinement sees: wrong examples, or for an invalid program examples + the reason."""
+    if score.valid:
+        return select_failures(score.failures)
+    every = [Failure(i, e.state, e.action, e.legal, None, e.error, score.reason, e.action_type, e.dom_changed)
+             for i, e in enumerate(examples)]
+    return select_failures(every)
+
+
+def _failure_record(f: Failure) -> dict[str, Any]:
+    return {"index": f.index, "action": f.action, "expected": f.expected, "got": f.got,
+            "harness_error": f.harness_error}
+
+
+def _failure_from_record(record: dict[str, Any], examples: Sequence[Example]) -> Failure:
+    e = examples[record["index"]]
+    return Failure(record["index"], e.state, e.action, e.legal, record["got"], e.error, record["harness_error"],
+                   e.action_type, e.dom_changed)
+
+
+# ---- the search ---------------------------------------------------------------------
+
+def task_record(task: Any) -> dict[str, Any]:
+    """The task identity a trace carries (ids, examples hash, class counts)."""
+    n_legal = sum(1 for e in task.examples if e.legal)
+    return {**task.identity(), "n_legal": n_legal, "n_illegal": len(task.examples) - n_legal}
+
+
+def node_seed(search_seed: int, index: int) -> int:
+    """The seed handed to the operator for node `index` (stable across resumes)."""
+    return random.Random(f"node:{search_seed}:{index}").randrange(2**31)
+
+
+def thompson_pick(nodes: Sequence[Node], refine_counts: Sequence[int], c: float, rng: random.Random) -> int:
+    """argmax_i theta_i, theta_i ~ Beta(1 + C*h_i, 1 + C*(1 - h_i) + N_i); ties go to the lower index."""
+    thetas = [rng.betavariate(1 + c * n.reward, 1 + c * (1 - n.reward) + k) for n, k in zip(nodes, refine_counts)]
+    return max(range(len(thetas)), key=lambda i: (thetas[i], -i))
+
+
+HeldOut = Sequence[Example] | Callable[[str], float] | None
+
+
+def heldout_accuracy(code: str, heldout: HeldOut, recall_weight: float, timeout_s: float) -> float | None:
+    if heldout is None:
+        return None
+    if callable(heldout):
+        return float(heldout(code))
+    if not heldout:
+        return None
+    return score_harness(code, list(heldout), recall_weight, timeout_s).accuracy
+
+
+def _make_node(index: int, parent: int | None, text: str, gen_cost: tuple[int, int, float], task: Any,
+               knobs: dict[str, Any], heldout: HeldOut) -> Node:
+    start = time.perf_counter()
+    code, score = score_text(text, task.examples, knobs["reward_recall_weight"], knobs["sandbox_timeout_s"])
+    gold = is_gold(score, knobs["gold_threshold"])
+    held = heldout_accuracy(code, heldout, knobs["reward_recall_weight"], knobs["sandbox_timeout_s"]) if gold else None
+    score_wall = time.perf_counter() - start
+    shown = failures_to_show(score, task.examples)
+    prompt_tokens, completion_tokens, op_wall = gen_cost
+    return Node(index=index, parent=parent, reward=score.reward, balanced_accuracy=score.balanced_accuracy,
+                accuracy=score.accuracy, effective_recall=score.effective_recall, valid=score.valid,
+                reason=score.reason, gold=gold, code=code, heldout_accuracy=held, n_wrong=score.n_wrong,
+                failures=[_failure_record(f) for f in shown], prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens, wall_s=op_wall + score_wall, operator_wall_s=op_wall,
+                score_wall_s=score_wall)
+
+
+def progress_line(node: Node) -> str:
+    parent = "-" if node.parent is None else str(node.parent)
+    tail = "" if node.valid else f"  invalid: {node.reason[:80]}"
+    held = f" heldout {node.heldout_accuracy:.3f}" if node.heldout_accuracy is not None else ""
+    return (f"node {node.index:>3} parent {parent:>3} reward {node.reward:.3f} ba {node.balanced_accuracy:.3f} "
+            f"gold {'YES' if node.gold else 'no'}{held} ({node.wall_s:.2f}s, "
+            f"{node.prompt_tokens + node.completion_tokens} tok){tail}")
+
+
+def run_search(task: Any, operator: Operator, max_iterations: int = 16, gold_threshold: float = 0.90,
+               c: float = 20.0, recall_weight: float = 0.2, seed: int = 0, timeout_s: float = 2.0,
+               heldout: HeldOut = None, state_path: str | Path | None = None,
+               progress: Callable[[str], None] | None = print) -> Trace:
+    """Run (or resume) one search on `task` with `operator`; returns the trace.
+
+    heldout: examples of other held-out observations, or a callable code -> accuracy, used
+    for gold nodes only. state_path: where the state is saved after every node; an
+    existing file is resumed if it matches this task, operator and knobs.
+    """
+    knobs = {"search_c": c, "max_iterations": max_iterations, "gold_threshold": gold_threshold,
+             "reward_recall_weight": recall_weight, "search_seed": seed, "sandbox_timeout_s": timeout_s}
+    trace = Trace(task_record(task), knobs, operator.describe())
+    rng = random.Random(seed)
+    counts: list[int] = []
+    if state_path and Path(state_path).exists():
+        counts = _resume(Path(state_path), trace, rng)
+        if progress and trace.nodes:
+            progress(f"resumed {state_path}: {len(trace.nodes)} node(s) done")
+    start = time.perf_counter() - trace.wall_s
+    while not trace.finished:
+        index = len(trace.nodes)
+        if index == 0:
+            parent, gen = None, operator.zero_shot(task, seed=node_seed(seed, 0))
+        else:
+            parent = thompson_pick(trace.nodes, counts, c, rng)
+            shown = [_failure_from_record(r, task.examples) for r in trace.nodes[parent].failures]
+            gen = operator.refine(task, trace.nodes[parent].code, shown, seed=node_seed(seed, index))
+        node = _make_node(index, parent, gen.text, (gen.prompt_tokens, gen.completion_tokens, gen.wall_s),
+                          task, knobs, heldout)
+        trace.nodes.append(node)
+        counts.append(0)
+        if parent is not None:
+            counts[parent] += 1
+        trace.wall_s = time.perf_counter() - start
+        if state_path:
+            save_state(Path(state_path), trace, counts, rng)
+        if progress:
+            progress(progress_line(node))
+    return trace
+
+
+# ---- state files --------------------------------------------------------------------
+
+def save_state(path: Path, trace: Trace, counts: Sequence[int], rng: random.Random) -> None:
+    """Write the search state atomically: a temp file in the same folder, then os.replace."""
+    state = {"trace": trace.to_trace(), "refine_counts": list(counts), "rng_state": _rng_to_json(rng)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, path)
+
+
+def _rng_to_json(rng: random.Random) -> list[Any]:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def _resume(path: Path, trace: Trace, rng: random.Random) -> list[int]:
+    """Load a saved state into `trace` and `rng`; refuse a state of another search."""
+    try:
+        state = json.loads(path.read_text())
+        saved = state["trace"]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise SearchStateError(f"search state {path} is unreadable ({err}); delete it to start over") from None
+    for part in ("task", "knobs", "operator"):
+        mine, theirs = getattr(trace, part), saved.get(part, {})
+        for key in sorted(set(mine) | set(theirs)):
+            if mine.get(key) != theirs.get(key):
+                raise SearchStateError(f"search state {path} is for another search: {part}.{key} is "
+                                       f"{theirs.get(key)!r} there, {mine.get(key)!r} here; delete it or use another path")
+    trace.nodes = Trace.from_trace(saved).nodes
+    trace.wall_s = saved.get("wall_s", 0.0)
+    version, internal, gauss = state["rng_state"]
+    rng.setstate((version, tuple(internal), gauss))
+    return list(state["refine_counts"])
+
+
+def load_trace(path: str | Path) -> dict[str, Any]:
+    """A trace JSON from a trace file or a search state file."""
+    data = json.loads(Path(path).read_text())
+    return data["trace"] if "trace" in data and "nodes" not in data else data
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """JSON to `path` atomically (temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+# ---- CLI ----------------------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
+    from harness.config import add_flags
+
+    p = argparse.ArgumentParser(prog="python -m harness.search", description="Run (or resume) one harness search.")
+    p.add_argument("--task-seed", dest="trace_task_seed", default=None, help="alias of --trace-task-seed")
+    p.add_argument("--split", default="heldout", choices=("heldout", "train"), help="split of the task [heldout]")
+    p.add_argument("--out", default=None, help="trace JSON path [.w8-biayn/search/<task>-<operator>.json]")
+    p.add_argument("--state", default=None, help="search state path [<out>.state.json]; resumed if it matches")
+    p.add_argument("--fresh", action="store_true", help="delete an existing state file first")
+    p.add_argument("--quiet", action="store_true", help="no per-node lines")
+    add_flags(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from harness.config import load_config_or_exit
+    from harness.dataset import DatasetError, heldout_examples, make_task
+    from harness.mutation import OperatorError, operator_from_config
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    cfg = load_config_or_exit(argv, parser=parser)
+    try:
+        task = make_task(args.split, cfg.trace_task_seed, cfg.trace_examples_per_obs)
+        operator = operator_from_config(cfg)
+    except (DatasetError, OperatorError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    name = task.task_id.replace("/", "_")
+    out = Path(args.out or f".w8-biayn/search/{name}-{operator.name}.json")
+    state = Path(args.state or f"{out}.state.json")
+    if args.fresh and state.exists():
+        state.unlink()
+    try:
+        held = heldout_examples(task.obs_id) if args.split == "heldout" else None
+    except DatasetError:
+        held = None
+    print(f"task {task.task_id} ({len(task.examples)} examples, hash {task.examples_hash}), "
+          f"operator {operator.name} {operator.model}", file=sys.stderr)
+    try:
+        trace = run_search(task, operator, cfg.trace_max_iterations, cfg.harness_gold_threshold, cfg.search_c,
+                           cfg.reward_recall_weight, cfg.search_seed, cfg.sandbox_timeout_s, held, state,
+                           progress=None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True)))
+    except SearchStateError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    data = trace.to_trace()
+    write_json(out, data)
+    steps = data["steps_to_first_gold"]
+    print(f"steps_to_first_gold {steps if steps is not None else 'not reached'} | nodes {data['n_nodes']} | "
+          f"best reward {data['best_reward']:.3f} | tokens {data['tokens']['total']} | "
+          f"{data['wall_s']:.2f}s | trace {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
