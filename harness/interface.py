@@ -1,0 +1,246 @@
+"""The harness contract, and getting a valid program out of model output.
+
+    def is_legal_action(state: str, action: str) -> bool: ...
+
+`state` is the flattened accessibility-tree text a BrowserGym agent sees;
+`action` is one BrowserGym action string (`click('12')`, `fill('19', 'hi')`, ...).
+The function returns True iff the browser would execute the action without an
+action error.
+
+    from harness.interface import extract_code, validate_code, prepare
+    code = extract_code(model_text)          # "" if there is no code at all
+    v = validate_code(code)                  # v.ok, v.reason (one line: why not)
+    code, reason = prepare(model_text)       # both; reason "" when usable
+
+Validation is static (ast): it catches what can be seen without running the
+code (syntax errors with their line, a missing or misnamed function, async
+def, wrong arity). What only running shows (a NameError at load, a non-bool
+return) is reported by harness/sandbox.py, per example.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+FUNCTION_NAME = "is_legal_action"
+SIGNATURE = f"def {FUNCTION_NAME}(state: str, action: str) -> bool:"
+MAX_CODE_CHARS = 100_000  # larger "programs" are degenerate outputs; do not even parse them
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Result of validate_code: ok, or the one-line reason why not."""
+
+    ok: bool
+    reason: str = ""
+
+
+class Harness(Protocol):
+    def __call__(self, state: str, action: str) -> bool: ...
+
+
+def is_legal_action(state: str, action: str) -> bool:
+    """The contract's signature only; the reference implementation is harness/oracle.py."""
+    raise NotImplementedError("the model writes this function; see harness/oracle.py for the reference")
+
+
+# ---- extraction ----------------------------------------------------------------
+
+# chat-template leftovers that small models echo around their answer
+_CHAT_TOKENS = re.compile(
+    r"<\|(?:im_start|im_end|endoftext|eot_id|end|assistant|user|system|start_header_id|end_header_id)\|>"
+    r"|</?s>|\[/?INST\]|<\|fim_\w+\|>")
+_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.S)
+_ROLE_LINE = re.compile(r"^\s*(?:assistant|user|system)\s*:?\s*$", re.I | re.M)
+_FENCE = re.compile(r"^[ \t]*(```|~~~)[ \t]*([\w+.-]*)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.S | re.M)
+_CODE_START = re.compile(r"^(?:import |from \w|def |async def |class |@|#|[A-Za-z_]\w*(?:\s*,\s*\w+)*\s*=[^=])")
+_DEFINES = re.compile(rf"^\s*(?:async\s+)?def\s+{FUNCTION_NAME}\s*\(|^\s*{FUNCTION_NAME}\s*=", re.M)
+_NON_PYTHON_LANGS = {"json", "text", "txt", "bash", "sh", "shell", "console", "html", "xml", "yaml", "markdown",
+                     "md", "javascript", "js", "typescript", "ts", "output"}
+
+
+def _as_text(output) -> str:
+    if output is None:
+        return ""
+    if isinstance(output, (bytes, bytearray)):
+        output = bytes(output).decode("utf-8", errors="replace")
+    if not isinstance(output, str):
+        return ""
+    return output.replace("\r\n", "\n").replace("\x00", "")
+
+
+def _clean(text: str) -> str:
+    text = _THINK.sub("", text)
+    text = _CHAT_TOKENS.sub("\n", text)
+    return _ROLE_LINE.sub("", text)
+
+
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+        return True
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+
+
+def _fenced_blocks(text: str) -> list[str]:
+    blocks = []
+    for match in _FENCE.finditer(text):
+        if match.group(2).lower() not in _NON_PYTHON_LANGS:
+            blocks.append(match.group(3))
+    return blocks
+
+
+def _pick(blocks: list[str]) -> str:
+    """The block that defines the function (the last that also parses); else the last block."""
+    defining = [b for b in blocks if _DEFINES.search(b)]
+    if not defining:
+        return blocks[-1] if blocks else ""
+    parsing = [b for b in defining if _parses(b)]
+    return (parsing or defining)[-1]
+
+
+def _bare_code(text: str) -> str:
+    """Code in unfenced output: from the first code-looking line before the def, trailing prose cut."""
+    lines = text.split("\n")
+    match = _DEFINES.search(text)
+    if not match:
+        return ""
+    def_line = text.count("\n", 0, match.start())
+    start = def_line
+    for i in range(def_line - 1, -1, -1):  # extend upwards over imports, helpers, blank lines
+        line = lines[i]
+        if line.strip() == "" or line[:1] in (" ", "\t") or _CODE_START.match(line):
+            start = i
+        else:
+            break
+    region = lines[start:]
+    for end in range(len(region), def_line - start, -1):  # drop trailing prose until it parses
+        candidate = "\n".join(region[:end])
+        if _parses(candidate):
+            return candidate.strip("\n")
+        if len(region) - end > 200:
+            break
+    return "\n".join(region).strip("\n")
+
+
+def extract_code(output) -> str:
+    """Python source from model output: fenced block(s), bare code, or "" when there is none.
+
+    Handles chat-template leftovers, <think> blocks, an unterminated final
+    fence (generation cut at max tokens), several blocks (the one defining
+    is_legal_action wins) and bytes. Never raises.
+    """
+    text = _clean(_as_text(output))
+    if not text.strip():
+        return ""
+    blocks = _fenced_blocks(text)
+    if blocks:
+        picked = _pick(blocks)
+        if _DEFINES.search(picked) or not _DEFINES.search(text):
+            return picked.strip("\n")
+    bare = _bare_code(text)
+    if bare:
+        return bare
+    return text.strip("\n") if _parses(text) else ""
+
+
+# ---- validation ------------------------------------------------------------------
+
+def _arity_reason(args: ast.arguments, what: str) -> str:
+    positional = len(args.posonlyargs) + len(args.args)
+    required = positional - len(args.defaults)
+    if args.vararg is None and positional < 2:
+        return f"{what} takes {positional} positional argument{'s' if positional != 1 else ''}; " \
+               "it must accept (state, action)"
+    if required > 2:
+        return f"{what} requires {required} positional arguments; it must accept exactly (state, action)"
+    missing_kw = [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is None]
+    if missing_kw:
+        return f"{what} requires keyword-only argument(s) {', '.join(missing_kw)}; it must accept (state, action)"
+    return ""
+
+
+def _top_level_definitions(tree: ast.Module) -> list[ast.AST]:
+    """Top-level statements that bind FUNCTION_NAME (also inside top-level if/try blocks)."""
+    found = []
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == FUNCTION_NAME:
+            found.append(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == FUNCTION_NAME for t in targets):
+                found.append(node)
+        elif isinstance(node, (ast.If, ast.Try)):
+            stack.extend(node.body + node.orelse + getattr(node, "finalbody", []))
+            for handler in getattr(node, "handlers", []):
+                stack.extend(handler.body)
+    return found
+
+
+def _other_functions(tree: ast.Module) -> list[str]:
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _definition_reason(node: ast.AST) -> str:
+    if isinstance(node, ast.AsyncFunctionDef):
+        return f"{FUNCTION_NAME} is async; it must be a plain function"
+    if isinstance(node, ast.ClassDef):
+        return f"{FUNCTION_NAME} is a class; it must be a function returning bool"
+    if isinstance(node, ast.FunctionDef):
+        return _arity_reason(node.args, FUNCTION_NAME)
+    value = node.value
+    if isinstance(value, ast.Lambda):
+        return _arity_reason(value.args, FUNCTION_NAME)
+    if isinstance(value, ast.Constant):
+        return f"{FUNCTION_NAME} is assigned a constant ({type(value.value).__name__}), not a function"
+    return ""  # bound to some other expression: only running it tells
+
+
+def validate_code(code) -> Validation:
+    """Validation(ok=True) if `code` can be a harness, else the one-line reason (syntax error with line, ...)."""
+    reason = _invalid_reason(code)
+    return Validation(not reason, reason)
+
+
+def _invalid_reason(code) -> str:
+    if isinstance(code, (bytes, bytearray)):
+        code = bytes(code).decode("utf-8", errors="replace")
+    if not isinstance(code, str):
+        return f"program must be text, got {type(code).__name__}"
+    if not code.strip():
+        return "empty program"
+    if len(code) > MAX_CODE_CHARS:
+        return f"program is {len(code)} characters; the limit is {MAX_CODE_CHARS}"
+    if "\x00" in code:
+        return "program contains NUL bytes"
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        detail = f" (col {exc.offset})" if exc.offset else ""
+        return f"syntax error at line {exc.lineno}{detail}: {exc.msg}"
+    except (ValueError, RecursionError, MemoryError) as exc:
+        return f"program cannot be parsed: {type(exc).__name__}"
+    found = _top_level_definitions(tree)
+    if not found:
+        others = _other_functions(tree)
+        hint = f" (it defines: {', '.join(others[:5])})" if others else ""
+        nested = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == FUNCTION_NAME
+                     for n in ast.walk(tree))
+        where = " at top level; it is nested in another block" if nested else ""
+        return f"no function {FUNCTION_NAME}{where or ''} defined{hint if not nested else ''}"
+    return _definition_reason(found[-1])
+
+
+def prepare(output) -> tuple[str, str]:
+    """(code, reason): extract_code then validate_code; reason is "" when the code is usable."""
+    code = extract_code(output)
+    if not code:
+        text = _as_text(output)
+        return "", "empty output" if not text.strip() else "no Python code found in the output"
+    return code, validate_code(code).reason

@@ -1,0 +1,1001 @@
+"""Run model-written harness code on examples, isolated from the caller.
+
+    from harness.sandbox import run_harness
+    r = run_harness(code, [{"state": s, "action": a}, ...], timeout_s=2.0)
+    r.ok, r.error, r.predictions, r.example_errors, r.wall_s, r.stdout_tail
+
+Only `state` and `action` of each example leave the caller (an Example object
+is reduced to those two fields here); labels never enter the process that runs
+model code, so the caller scores the predictions. run_harness never raises
+because of what the code does: every failure is a HarnessRun with a reason.
+It raises SandboxError only when the sandbox itself cannot start.
+
+Local backend (a fork-server). A pool of zygote processes, one per core,
+started lazily. Each zygote is a fresh `python -S -s -P` running this file
+(standard library only, none of the caller's modules or data) with a scrubbed
+environment. As root on Linux it enters new mount, pid, network, ipc and uts
+namespaces, pivots into a root that holds only read-only /usr, /lib*, /bin,
+the Python installation, /dev/{null,zero,random,urandom} and a small private
+tmpfs /tmp, unmounts the old root, and drops to a uid of its own with no
+capabilities, no_new_privs and dumpable=0. Without root it tries the same in a
+user namespace. Per program it forks a child in its own process group with
+rlimits (address space, CPU, processes, file size, open files, no core), which
+runs all examples with a per-example alarm and streams results back over a
+pipe. The zygote enforces the per-example and wall deadlines itself with
+SIGKILL of the group and of every other process in its pid namespace, resumes
+after an example that hung or killed its process, wipes /tmp, and replies; the
+caller enforces its own deadline on the whole reply and SIGKILLs the zygote
+(and so its whole pid namespace) if it is late. No threads or asyncio timeouts
+are involved.
+
+What this isolates (namespaces available): the repo, $HOME and everything
+outside the new root are absent, so the benchmark snapshot and its labels
+cannot be opened; no network (an empty network namespace); no writes outside
+the private /tmp (size-capped, wiped after every program); no process
+survives a program; the caller's memory and environment are out of reach (no
+/proc, another uid, dumpable=0); printed output is capped to a tail.
+What it does not isolate: the kernel (no seccomp filter: every syscall is
+allowed to an unprivileged uid), CPU time shared with the caller, and the
+Python standard library, which model code may import. In fallback mode (no
+namespaces: not root and no user namespaces) only the rlimits, the process
+group kill, the scrubbed environment and the private working directory hold:
+the repo stays readable and the network reachable; sandbox_info() and a log
+line say so.
+
+Daytona backend: W8_SANDBOX=daytona, or auto with DAYTONA_API_KEY set. One
+Daytona sandbox (network blocked, ephemeral) is created per process and one
+`process.code_run` call runs a whole program's examples (this file's own
+runner, shipped inline). A missing key or an unreachable service falls back
+to the local backend with one log line; the key is read from the env var
+only and masked in every message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+import traceback
+
+# ---- limits (one program) ------------------------------------------------
+
+MEMORY_LIMIT_BYTES = 1 << 29  # RLIMIT_AS of a program's process: 512 MiB
+EXTRA_PROCESSES = 4  # a program may start this many processes; they die with it
+FILE_SIZE_LIMIT_BYTES = 8 << 20  # RLIMIT_FSIZE; the private /tmp is also capped
+TMP_SIZE = "32m"  # tmpfs size of the private /tmp
+OPEN_FILES_LIMIT = 64
+STDOUT_TAIL_CHARS = 2000  # printed output kept (the tail)
+ERROR_CHARS = 300  # per-example error text
+STREAM_CAP_BYTES = 1 << 20  # bytes a program's process may send to the zygote
+REPLY_CAP_BYTES = 4 << 20  # bytes the caller reads from a zygote per program
+ALARM_SLACK_S = 0.05  # the zygote kills an example this long after its own alarm should have fired
+REPLY_GRACE_S = 1.0  # the caller kills a zygote whose reply is this late
+WORKER_START_TIMEOUT_S = 15.0
+SANDBOX_UID_BASE = 1_800_000_000  # + host pid of the launcher: a uid no other process has
+FUNCTION_NAME = "is_legal_action"
+RESULT_MARKER = "W8_SANDBOX_RESULT "
+PRELOAD = ("re", "json", "string", "collections", "itertools", "functools", "math", "typing", "dataclasses")
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself cannot run (not a property of the program)."""
+
+
+# ==========================================================================
+# Inside the sandbox: the zygote and a program's process (standard library only)
+# ==========================================================================
+
+class _ExampleTimeout(BaseException):
+    """Raised by the per-example alarm; BaseException so `except Exception` in model code misses it."""
+
+
+class _TailWriter:
+    """sys.stdout/sys.stderr replacement that keeps only the last `cap` characters."""
+
+    def __init__(self, cap: int):
+        self.cap, self.text = cap, ""
+
+    def write(self, s) -> int:
+        s = s if isinstance(s, str) else str(s)
+        self.text = (self.text + s)[-self.cap:]
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _describe_exception(err: BaseException) -> str:
+    """'line 12: KeyError: x', the line being the program's innermost frame."""
+    try:
+        if isinstance(err, _ExampleTimeout):
+            return str(err)
+        line = ""
+        for frame in traceback.extract_tb(err.__traceback__):
+            if frame.filename == "<harness>":
+                line = f"line {frame.lineno}: "
+        text = f"{line}{type(err).__name__}: {err}"
+    except BaseException:  # a hostile __str__ or __name__
+        text = "exception that cannot be described"
+    return text[:ERROR_CHARS]
+
+
+def _load_program(code: str):
+    """Run the program's top level and return its is_legal_action (raises on failure)."""
+    namespace = {"__name__": "__harness__", "__builtins__": __builtins__}
+    exec(compile(code, "<harness>", "exec"), namespace)
+    fn = namespace.get(FUNCTION_NAME)
+    if fn is None:
+        raise NameError(f"{FUNCTION_NAME} is not defined after running the program")
+    if not callable(fn):
+        raise TypeError(f"{FUNCTION_NAME} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def _on_alarm(signum, frame):
+    raise _ExampleTimeout("timed out")
+
+
+def _set_program_limits(timeout_s: float) -> None:
+    cpu = int(timeout_s) + 2
+    limits = [(resource.RLIMIT_AS, MEMORY_LIMIT_BYTES), (resource.RLIMIT_CPU, cpu),
+              (resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT_BYTES), (resource.RLIMIT_NOFILE, OPEN_FILES_LIMIT),
+              (resource.RLIMIT_CORE, 0), (resource.RLIMIT_NPROC, 2 + EXTRA_PROCESSES)]
+    for which, value in limits:
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            pass  # a hard limit already lower than ours stays
+
+
+def _program_main(req: dict, start: int, wfd: int) -> None:
+    """A program's process: load the code, run examples[start:], stream one JSON line per event."""
+    write, dumps, exit_now = os.write, json.dumps, os._exit  # bound before model code can patch them
+
+    def emit(msg):
+        data = (dumps(msg) + "\n").encode()
+        while data:
+            data = data[write(wfd, data):]
+
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)  # the zygote's request and reply pipes are fds 0 and 1: gone from here
+    os.closerange(3, wfd)
+    os.closerange(wfd + 1, 1 << 16)
+    _set_program_limits(req["timeout_s"])
+    out = _TailWriter(STDOUT_TAIL_CHARS)
+    sys.stdout = sys.stderr = out
+    signal.signal(signal.SIGALRM, _on_alarm)
+    per_example = req["per_example_s"]
+    try:
+        signal.setitimer(signal.ITIMER_REAL, req["timeout_s"])  # top-level code gets the whole budget
+        fn = _load_program(req["code"])
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    except BaseException as err:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        emit({"load_error": _describe_exception(err), "out": out.text})
+        exit_now(0)
+    emit({"loaded": True})
+    states = req["states"]
+    for i in range(start, len(req["examples"])):
+        state_index, action = req["examples"][i]
+        try:
+            signal.setitimer(signal.ITIMER_REAL, per_example)
+            value = fn(states[state_index], action)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            msg = {"i": i, "v": value} if type(value) is bool else \
+                {"i": i, "e": f"returned {type(value).__name__}, not bool"}
+        except BaseException as err:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            msg = {"i": i, "e": _describe_exception(err)}
+        emit(msg)
+    emit({"out": out.text})
+    emit({"done": True})
+    exit_now(0)
+
+
+def _describe_status(status: int) -> str:
+    if os.WIFEXITED(status):
+        return f"process exited with code {os.WEXITSTATUS(status)}"
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+        extra = " (CPU-time limit)" if sig == signal.SIGXCPU else " (file-size limit)" if sig == signal.SIGXFSZ else ""
+        return f"process killed by {name}{extra}"
+    return "process ended"
+
+
+def _kill_program(pid: int) -> str:
+    """SIGKILL the program's group and, as pid-namespace init, every other process; reap them."""
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    status = "process ended"
+    try:
+        status = _describe_status(os.waitpid(pid, 0)[1])
+    except ChildProcessError:
+        pass
+    if os.getpid() == 1:  # kill(-1) from init reaches exactly the rest of this namespace
+        while True:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+    return status
+
+
+class _ProgramRun:
+    """The zygote's record of one program: what came back, and why it stopped."""
+
+    def __init__(self, n: int):
+        self.predictions: list = [None] * n
+        self.errors = [""] * n
+        self.ok, self.error, self.out = True, "", ""
+
+    def reply(self) -> dict:
+        return {"ok": self.ok, "error": self.error, "predictions": self.predictions,
+                "errors": self.errors, "out": self.out[-STDOUT_TAIL_CHARS:]}
+
+
+def _spawn_program(req: dict, start: int) -> tuple[int, int]:
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(rfd)
+            os.setpgid(0, 0)
+            _program_main(req, start, wfd)
+        finally:
+            os._exit(70)
+    os.close(wfd)
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass  # the child did it first, or already exited
+    return pid, rfd
+
+
+def _watch_program(req: dict, start: int, deadline: float, run: _ProgramRun) -> int | None:
+    """Follow one program process; return the index to resume at, or None when finished."""
+    pid, rfd = _spawn_program(req, start)
+    n, index, loaded, done, buf, received = len(req["examples"]), start, False, False, b"", 0
+    per_example = req["per_example_s"] + ALARM_SLACK_S
+    example_deadline = deadline
+    poller = select.poll()
+    poller.register(rfd, select.POLLIN)
+    outcome = None
+    while outcome is None:
+        now = time.monotonic()
+        if now >= deadline:
+            outcome = "wall"
+            break
+        if now >= example_deadline:
+            outcome = "example_timeout"
+            break
+        if not poller.poll(max(1, int((min(deadline, example_deadline) - now) * 1000) + 1)):
+            continue
+        chunk = os.read(rfd, 65536)
+        received += len(chunk)
+        if not chunk or received > STREAM_CAP_BYTES:
+            outcome = "eof" if not chunk else "flood"
+            break
+        buf += chunk
+        while b"\n" in buf and outcome is None:
+            line, buf = buf.split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+                kind = _apply_message(msg, index, run)
+            except (ValueError, TypeError, KeyError):
+                kind = "bad"
+            if kind == "loaded":
+                loaded, example_deadline = True, time.monotonic() + per_example
+            elif kind == "example":
+                index, example_deadline = index + 1, time.monotonic() + per_example
+            elif kind in ("load_error", "bad"):
+                outcome = kind
+            elif kind == "done":
+                done, outcome = True, "done"
+    os.close(rfd)
+    status = _kill_program(pid)
+    return _resume_index(outcome, status, index, n, loaded, done, req, run)
+
+
+def _apply_message(msg: dict, index: int, run: _ProgramRun) -> str:
+    if not isinstance(msg, dict):
+        return "bad"
+    if "out" in msg and isinstance(msg["out"], str):
+        run.out = (run.out + msg["out"])[-STDOUT_TAIL_CHARS:]
+    if msg.get("loaded") is True:
+        return "loaded"
+    if "load_error" in msg:
+        run.ok, run.error = False, "program failed to load: " + str(msg["load_error"])[:ERROR_CHARS]
+        return "load_error"
+    if msg.get("done") is True:
+        return "done"
+    if "i" in msg:
+        if msg["i"] != index or index >= len(run.predictions):
+            return "bad"
+        if "v" in msg and type(msg["v"]) is bool:
+            run.predictions[index] = msg["v"]
+        else:
+            run.errors[index] = str(msg.get("e", "no result"))[:ERROR_CHARS]
+        return "example"
+    return "out" if "out" in msg else "bad"
+
+
+def _resume_index(outcome, status, index, n, loaded, done, req, run) -> int | None:
+    if outcome in ("done", "load_error"):
+        return None
+    if outcome == "wall":
+        run.ok = False
+        run.error = f"wall-time limit of {req['timeout_s']:g}s exceeded" + ("" if loaded else " while loading")
+        for i in range(index, n):
+            run.errors[i] = "not finished: wall-time limit"
+        return None
+    if not loaded:
+        run.ok = False
+        run.error = {"eof": f"program failed to load: {status}", "flood": "program failed to load: output flood",
+                     "bad": "program failed to load: it broke the result stream"}.get(outcome, status)
+        return None
+    if index >= n:
+        return None  # all examples answered; the process then died or flooded: results stand
+    run.errors[index] = {
+        "example_timeout": f"timed out after {req['per_example_s']:g}s",
+        "eof": status, "flood": "flooded the result stream",
+        "bad": "broke the result stream",
+    }[outcome]
+    return index + 1
+
+
+def _wipe_tmp(path: str = "/tmp") -> None:
+    """Empty the private /tmp between programs (only inside the new root)."""
+    import shutil
+
+    def unlock(func, p, exc):
+        try:
+            os.chmod(os.path.dirname(p) or p, 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, onerror=unlock)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
+
+
+def run_program(req: dict, wipe_tmp: bool) -> dict:
+    """Run one request to completion inside the sandbox and return the reply dict."""
+    run = _ProgramRun(len(req["examples"]))
+    deadline = time.monotonic() + req["timeout_s"]
+    start = 0
+    while start is not None and start < len(req["examples"]) or start == 0:
+        start = _watch_program(req, start, deadline, run)
+        if start is None:
+            break
+    if wipe_tmp:
+        try:
+            _wipe_tmp()
+        except OSError:
+            pass
+    return run.reply()
+
+
+# ---- zygote set-up: namespaces, private root, unprivileged uid -----------
+
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+_MNT_DETACH = 2
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS, _PR_CAPBSET_DROP = 1, 4, 38, 24
+_SYSCALLS = {"x86_64": {"pivot_root": 155, "capset": 126}, "aarch64": {"pivot_root": 41, "capset": 91}}
+
+
+def _libc():
+    import ctypes
+    return ctypes, ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        import ctypes
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(src, target, fstype, flags, data=None) -> None:
+    _, libc = _libc()
+    enc = (lambda s: s.encode() if s is not None else None)
+    _check(libc.mount(enc(src), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+def _bind_readonly(src: str, dst: str) -> None:
+    _mount(src, dst, None, _MS_BIND)
+    _mount(None, dst, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+
+
+def _enter_user_namespace() -> None:
+    """Without root: become root of a new user namespace (our uid mapped to 0) to own the others."""
+    uid, gid = os.getuid(), os.getgid()
+    os.unshare(os.CLONE_NEWUSER)
+    for name, text in (("uid_map", f"0 {uid} 1"), ("setgroups", "deny"), ("gid_map", f"0 {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+
+
+def _build_root(new: str) -> None:
+    """Mount the minimal read-only tree at `new` (a tmpfs in our private mount namespace)."""
+    _mount("tmpfs", new, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,nr_inodes=4096,mode=755")
+    prefixes = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}
+    for path in ["/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache", *sorted(prefixes)]:
+        if not os.path.lexists(path) or os.path.lexists(new + path):
+            continue
+        os.makedirs(os.path.dirname(new + path), exist_ok=True)
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), new + path)
+            continue
+        if os.path.isdir(path):
+            os.makedirs(new + path)
+        else:
+            open(new + path, "w").close()
+        _bind_readonly(path, new + path)
+    os.makedirs(new + "/dev")
+    for dev in ("null", "zero", "random", "urandom"):
+        open(f"{new}/dev/{dev}", "w").close()
+        _mount(f"/dev/{dev}", f"{new}/dev/{dev}", None, _MS_BIND)
+    os.makedirs(new + "/tmp")
+    _mount("tmpfs", new + "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={TMP_SIZE},nr_inodes=2048,mode=1777")
+
+
+def _pivot_into(new: str) -> str:
+    """Make `new` the root and detach the old one; chroot where pivot_root has no known number."""
+    ctypes, libc = _libc()
+    number = _SYSCALLS.get(os.uname().machine, {}).get("pivot_root")
+    if number is None:
+        os.chroot(new)
+        os.chdir("/")
+        return "chroot"
+    os.makedirs(new + "/.old")
+    _check(libc.syscall(number, new.encode(), (new + "/.old").encode()), "pivot_root")
+    os.chdir("/")
+    _check(libc.umount2(b"/.old", _MNT_DETACH), "umount old root")
+    os.rmdir("/.old")
+    _mount(None, "/", None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    return "pivot_root"
+
+
+def _drop_capabilities() -> None:
+    """Clear every capability (user-namespace mode, where setuid cannot drop them)."""
+    ctypes, libc = _libc()
+    for cap in range(64):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+    number = _SYSCALLS.get(os.uname().machine, {}).get("capset")
+    if number is None:
+        raise OSError("capset: unknown syscall number")
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _check(libc.syscall(number, header, data), "capset")
+
+
+def _drop_privileges(uid: int, in_user_ns: bool) -> None:
+    _, libc = _libc()
+    if in_user_ns:
+        _drop_capabilities()
+    elif os.geteuid() == 0:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # a root -> non-root change clears every capability
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # no ptrace, no process_vm_readv from programs
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # set last: credential changes clear it
+
+
+def _isolate(cfg: dict) -> dict:
+    """Enter namespaces, pivot into the private root, drop privileges. Returns what holds.
+
+    Forks once: the caller's child (the launcher) waits, and its child, pid 1 of
+    the new pid namespace, returns from here to serve. Any step that fails is
+    reported and the rest continue from what is in place.
+    """
+    info = {"namespaces": False, "filesystem": "shared", "uid": os.getuid(), "reason": ""}
+    in_user_ns = False
+    try:
+        if os.geteuid() != 0:
+            _enter_user_namespace()
+            in_user_ns = True
+        os.unshare(os.CLONE_NEWNS | os.CLONE_NEWPID | os.CLONE_NEWNET | os.CLONE_NEWIPC | os.CLONE_NEWUTS)
+        info["namespaces"] = True
+    except OSError as err:
+        info["reason"] = f"namespaces unavailable: {err}"
+    if info["namespaces"]:
+        _become_namespace_init()
+    try:
+        if info["namespaces"]:
+            _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+            _build_root("/tmp")
+            info["filesystem"] = _pivot_into("/tmp")
+            os.chdir("/tmp")
+        else:
+            os.chdir(cfg["workdir"])
+    except OSError as err:
+        info["reason"] = (info["reason"] + "; " if info["reason"] else "") + f"private root failed: {err}"
+    uid = cfg["uid"]
+    try:
+        _drop_privileges(uid, in_user_ns)
+        info["uid"] = os.getuid()
+    except OSError as err:
+        info["reason"] = (info["reason"] + "; " if info["reason"] else "") + f"privilege drop failed: {err}"
+    os.umask(0o077)
+    return info
+
+
+def _become_namespace_init() -> None:
+    """After unshare(CLONE_NEWPID) only a child enters the namespace: fork, and the parent waits."""
+    pid = os.fork()
+    if pid:
+        null = os.open("/dev/null", os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)  # only the namespace init may hold the caller's pipes: EOF follows its death
+        status = os.waitpid(pid, 0)[1]
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def _read_line(fd: int, buf: bytearray) -> bytes | None:
+    while b"\n" not in buf:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return None
+        buf += chunk
+    end = buf.index(b"\n")
+    line = bytes(buf[:end])
+    del buf[:end + 1]
+    return line
+
+
+def _write_line(fd: int, obj: dict) -> None:
+    data = (json.dumps(obj) + "\n").encode()
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _zygote_main(cfg: dict) -> None:
+    """Entry of a zygote: isolate, preload, say ready, then serve requests until stdin closes."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as namespace init, default-handled signals from inside are dropped
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    info = _isolate(cfg)
+    for name in PRELOAD:
+        __import__(name)
+    _write_line(1, {"ready": True, "isolation": info})
+    buf = bytearray()
+    while True:
+        line = _read_line(0, buf)
+        if line is None:
+            os._exit(0)
+        try:
+            reply = run_program(json.loads(line), wipe_tmp=info["filesystem"] != "shared")
+        except Exception as err:  # a bug here must not leave the caller waiting
+            reply = {"fatal": f"{type(err).__name__}: {err}"[:ERROR_CHARS]}
+        _write_line(1, reply)
+
+
+def _run_once(request_b64: str) -> None:
+    """Entry of the Daytona runner: isolate as far as possible, run one request, print the reply."""
+    import base64
+    req = json.loads(base64.b64decode(request_b64))
+    import tempfile
+    info = _isolate({"uid": SANDBOX_UID_BASE + os.getpid(), "workdir": tempfile.mkdtemp()})
+    reply = run_program(req, wipe_tmp=False)
+    reply["isolation"] = info
+    sys.stdout.write(RESULT_MARKER + json.dumps(reply) + "\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+# ==========================================================================
+# In the caller
+# ==========================================================================
+
+import atexit  # noqa: E402  (caller-side imports; the zygote needs none of them)
+import logging  # noqa: E402
+import math  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Any, Iterable, Sequence  # noqa: E402
+
+log = logging.getLogger("harness.sandbox")
+
+ENV_ALLOW = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+             "HOME": "/tmp", "TMPDIR": "/tmp", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+@dataclass(frozen=True)
+class HarnessRun:
+    """One program run on a list of examples.
+
+    ok is False when the program could not be run as a whole (invalid, failed to
+    load, wall-time limit, sandbox trouble); error then says why in one line.
+    predictions has one entry per example: True/False, or None where that
+    example failed (example_errors says why: exception, timeout, non-bool).
+    """
+
+    ok: bool
+    error: str
+    predictions: tuple[bool | None, ...]
+    example_errors: tuple[str, ...]
+    wall_s: float
+    stdout_tail: str = ""
+    backend: str = "local"
+
+
+def _failed(n: int, error: str, wall_s: float, backend: str = "local", why: str = "not run") -> HarnessRun:
+    return HarnessRun(False, error, (None,) * n, (why,) * n, wall_s, "", backend)
+
+
+def _request(code: str, examples: Sequence[Any], timeout_s: float, per_example_s: float) -> dict:
+    """The only data that crosses into the sandbox: code, states (deduplicated), actions, limits."""
+    states: dict[str, int] = {}
+    pairs = []
+    for ex in examples:
+        state, action = (ex["state"], ex["action"]) if isinstance(ex, dict) else (ex.state, ex.action)
+        if not isinstance(state, str) or not isinstance(action, str):
+            raise TypeError("each example needs a str state and a str action")
+        pairs.append([states.setdefault(state, len(states)), action])
+    return {"code": code, "states": list(states), "examples": pairs,
+            "timeout_s": float(timeout_s), "per_example_s": float(per_example_s)}
+
+
+def _parse_reply(raw: Any, n: int, wall_s: float, backend: str) -> HarnessRun:
+    """Trust nothing from inside: check every field's type and length."""
+    if not isinstance(raw, dict):
+        return _failed(n, "sandbox reply was not an object", wall_s, backend)
+    if "fatal" in raw:
+        return _failed(n, f"sandbox error: {str(raw['fatal'])[:ERROR_CHARS]}", wall_s, backend)
+    preds, errors = raw.get("predictions"), raw.get("errors")
+    if not (isinstance(preds, list) and isinstance(errors, list) and len(preds) == n == len(errors)
+            and all(p is None or type(p) is bool for p in preds) and all(isinstance(e, str) for e in errors)
+            and type(raw.get("ok")) is bool and isinstance(raw.get("error"), str)):
+        return _failed(n, "sandbox reply malformed", wall_s, backend)
+    out = raw.get("out") if isinstance(raw.get("out"), str) else ""
+    return HarnessRun(raw["ok"], raw["error"][:ERROR_CHARS + 60], tuple(preds),
+                      tuple(e[:ERROR_CHARS] for e in errors), wall_s, out[-STDOUT_TAIL_CHARS:], backend)
+
+
+# ---- local backend: zygote workers ---------------------------------------
+
+class _Worker:
+    """One zygote process and its pipes."""
+
+    def __init__(self):
+        self.workdir = tempfile.mkdtemp(prefix="w8-sandbox-")  # used only in fallback mode
+        os.chmod(self.workdir, 0o777)
+        cfg = {"uid": 0, "workdir": self.workdir}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-S", "-s", "-P", "-B", os.path.abspath(__file__), "--zygote", json.dumps(cfg)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(ENV_ALLOW),
+            cwd="/", close_fds=True, start_new_session=True)
+        self.buf = bytearray()
+        line = self._read_line(time.monotonic() + WORKER_START_TIMEOUT_S)
+        try:
+            self.isolation = json.loads(line)["isolation"] if line else None
+        except (ValueError, KeyError, TypeError):
+            self.isolation = None
+        if not isinstance(self.isolation, dict):
+            self.kill()
+            raise SandboxError("sandbox worker did not start (python -S running harness/sandbox.py --zygote)")
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        fd = self.proc.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or len(self.buf) > REPLY_CAP_BYTES:
+                return None
+            if poller.poll(int(left * 1000) + 1):
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    return None
+                self.buf += chunk
+        end = self.buf.index(b"\n")
+        line = bytes(self.buf[:end])
+        del self.buf[:end + 1]
+        return line
+
+    def run(self, req: dict) -> Any:
+        """Send one request; the reply object, or None if the zygote died or was late (then killed)."""
+        try:
+            self.proc.stdin.write((json.dumps(req) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return None
+        line = self._read_line(time.monotonic() + req["timeout_s"] + REPLY_GRACE_S)
+        if line is None:
+            return None
+        try:
+            return json.loads(line)
+        except ValueError:
+            return None
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the launcher's group: the zygote (pid-namespace init) with it, so every program too."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        try:
+            os.rmdir(self.workdir)
+        except OSError:
+            pass
+
+
+class _LocalPool:
+    """Zygote workers, started lazily up to `size`, shared by threads."""
+
+    def __init__(self, size: int):
+        self.size, self.idle, self.count = size, [], 0
+        self.cond = threading.Condition()
+        self.isolation: dict | None = None
+        self.closed = False
+
+    def _acquire(self) -> _Worker:
+        with self.cond:
+            while not self.idle and self.count >= self.size:
+                self.cond.wait()
+            if self.idle:
+                return self.idle.pop()
+            self.count += 1
+        try:
+            worker = _Worker()
+        except BaseException:
+            with self.cond:
+                self.count -= 1
+                self.cond.notify()
+            raise
+        self._note_isolation(worker.isolation)
+        return worker
+
+    def _note_isolation(self, info: dict) -> None:
+        if self.isolation is None:
+            self.isolation = info
+            if not info.get("namespaces") or info.get("filesystem") == "shared":
+                log.warning("sandbox: weak isolation (%s): only rlimits, process-group kill and a scrubbed env "
+                            "hold; the repo is readable and the network reachable from model code",
+                            info.get("reason") or "no private root")
+
+    def _release(self, worker: _Worker, healthy: bool) -> None:
+        with self.cond:
+            if healthy and not self.closed:
+                self.idle.append(worker)
+                worker = None
+            else:
+                self.count -= 1
+            self.cond.notify()
+        if worker is not None:
+            worker.kill()
+
+    def run(self, req: dict) -> tuple[Any, str]:
+        worker = self._acquire()
+        reply = worker.run(req)
+        healthy = reply is not None and worker.alive()
+        self._release(worker, healthy)
+        if reply is None:
+            return None, (f"wall-time limit of {req['timeout_s']:g}s exceeded (sandbox worker killed)")
+        return reply, ""
+
+    def close(self) -> None:
+        with self.cond:
+            self.closed = True
+            idle, self.idle = self.idle, []
+            self.count -= len(idle)
+        for worker in idle:
+            worker.kill()
+
+
+# ---- Daytona backend -----------------------------------------------------
+
+def _mask(text: str, secret: str) -> str:
+    return text.replace(secret, "***") if secret else text
+
+
+class DaytonaBackend:
+    """Runs each program in a Daytona sandbox: one `process.code_run` per program, all examples batched.
+
+    `client` is a `daytona.Daytona` (built from DAYTONA_API_KEY when not given).
+    The sandbox is created on first use with network_block_all and ephemeral,
+    reused for later programs, and deleted by close().
+    """
+
+    def __init__(self, client: Any = None, api_key: str | None = None):
+        self.api_key = api_key if api_key is not None else os.environ.get("DAYTONA_API_KEY", "")
+        self.client = client if client is not None else self._make_client()
+        self.sandbox = None
+
+    def _make_client(self) -> Any:
+        from daytona import Daytona, DaytonaConfig
+        return Daytona(DaytonaConfig(api_key=self.api_key))
+
+    def start(self) -> None:
+        """Create the remote sandbox (raises if the service cannot be reached)."""
+        if self.sandbox is None:
+            try:
+                from daytona import CreateSandboxFromSnapshotParams
+                params = CreateSandboxFromSnapshotParams(language="python", network_block_all=True, ephemeral=True)
+            except ImportError:
+                params = None  # a client without the SDK installed (e.g. a test double) takes defaults
+            self.sandbox = self.client.create(params, timeout=60)
+
+    def run(self, req: dict) -> HarnessRun:
+        n, started = len(req["examples"]), time.monotonic()
+        self.start()
+        script = _daytona_script(req)
+        response = self.sandbox.process.code_run(script, timeout=int(math.ceil(req["timeout_s"] + 10)))
+        wall = time.monotonic() - started
+        text = str(getattr(response, "result", "") or "")
+        lines = [ln for ln in text.splitlines() if ln.startswith(RESULT_MARKER)]
+        if not lines:
+            code = getattr(response, "exit_code", "?")
+            return _failed(n, f"daytona run gave no result (exit code {code})", wall, "daytona")
+        try:
+            raw = json.loads(lines[-1][len(RESULT_MARKER):])
+        except ValueError:
+            return _failed(n, "daytona run gave a malformed result", wall, "daytona")
+        return _parse_reply(raw, n, wall, "daytona")
+
+    def close(self) -> None:
+        if self.sandbox is not None:
+            try:
+                self.client.delete(self.sandbox)
+            except Exception as err:  # the service may be gone at exit; say so, masked
+                log.warning("sandbox: could not delete the Daytona sandbox: %s",
+                            _mask(f"{type(err).__name__}: {err}", self.api_key)[:200])
+            self.sandbox = None
+
+
+def _daytona_script(req: dict) -> str:
+    """This file's source plus a call of its one-shot runner on the request."""
+    import base64
+    with open(os.path.abspath(__file__), encoding="utf-8") as f:
+        source = f.read()
+    payload = base64.b64encode(json.dumps(req).encode()).decode()
+    return f"{source}\n\n_run_once({payload!r})\n"
+
+
+# ---- backend choice and the public API -----------------------------------
+
+_state: dict[str, Any] = {"pool": None, "daytona": None, "backend": None}
+_state_lock = threading.Lock()
+
+
+def _choose_backend() -> str:
+    """local or daytona, from W8_SANDBOX and DAYTONA_API_KEY; falls back to local with one log line."""
+    from harness.config import load_config
+    mode = load_config(env={"W8_SANDBOX": os.environ.get("W8_SANDBOX", "")}).sandbox
+    key = os.environ.get("DAYTONA_API_KEY", "")
+    if mode == "local" or (mode == "auto" and not key):
+        return "local"
+    if not key:
+        log.warning("sandbox: W8_SANDBOX=daytona but DAYTONA_API_KEY is not set; running harness code locally")
+        return "local"
+    try:
+        backend = DaytonaBackend(api_key=key)
+        backend.start()
+    except Exception as err:  # unreachable service, bad key, SDK missing: all mean "use local"
+        log.warning("sandbox: Daytona unavailable (%s); running harness code locally",
+                    _mask(f"{type(err).__name__}: {err}", key)[:300])
+        return "local"
+    _state["daytona"] = backend
+    return "daytona"
+
+
+def _local_pool() -> _LocalPool:
+    with _state_lock:
+        if _state["pool"] is None:
+            _state["pool"] = _LocalPool(max(1, os.cpu_count() or 1))
+        return _state["pool"]
+
+
+def _backend() -> str:
+    with _state_lock:
+        if _state["backend"] is None:
+            _state["backend"] = _choose_backend()
+        return _state["backend"]
+
+
+def run_harness(code: str, examples: Iterable[Any], timeout_s: float = 2.0,
+                per_example_timeout_s: float | None = None) -> HarnessRun:
+    """Run `code` (Python source defining is_legal_action) on each example's (state, action).
+
+    examples: dicts with "state" and "action", or objects with .state and
+    .action (e.g. harness.dataset.Example; only those two fields are sent).
+    timeout_s bounds the whole run (load + all examples); each example gets
+    per_example_timeout_s (default: timeout_s / 4, at least 0.05 s).
+    """
+    from harness.interface import validate_code
+    examples = list(examples)
+    started = time.monotonic()
+    n = len(examples)
+    per_example = per_example_timeout_s if per_example_timeout_s is not None else max(0.05, timeout_s / 4)
+    req = _request(code if isinstance(code, str) else "", examples, timeout_s, per_example)
+    check = validate_code(code)
+    if not check.ok:
+        return _failed(n, check.reason, time.monotonic() - started)
+    if _backend() == "daytona":
+        return _run_daytona(req, n, started)
+    reply, error = _local_pool().run(req)
+    wall = time.monotonic() - started
+    if reply is None:
+        return _failed(n, error, wall, why="not finished: wall-time limit")
+    return _parse_reply(reply, n, wall, "local")
+
+
+def _run_daytona(req: dict, n: int, started: float) -> HarnessRun:
+    backend = _state["daytona"]
+    try:
+        return backend.run(req)
+    except Exception as err:  # the service went away mid-run: this and later programs run locally
+        log.warning("sandbox: Daytona run failed (%s); running harness code locally from now on",
+                    _mask(f"{type(err).__name__}: {err}", backend.api_key)[:300])
+        with _state_lock:
+            _state["backend"] = "local"
+        reply, error = _local_pool().run(req)
+        wall = time.monotonic() - started
+        return _parse_reply(reply, n, wall, "local") if reply is not None else _failed(n, error, wall)
+
+
+def sandbox_info() -> dict:
+    """Backend and what the local isolation holds (starts a worker if none ran yet)."""
+    backend = _backend()
+    if backend == "daytona":
+        return {"backend": "daytona"}
+    pool = _local_pool()
+    if pool.isolation is None:
+        pool._release(pool._acquire(), True)
+    return {"backend": "local", "workers": pool.size, **(pool.isolation or {})}
+
+
+def close() -> None:
+    """Stop every worker and delete the Daytona sandbox; the next run starts afresh."""
+    with _state_lock:
+        pool, daytona = _state["pool"], _state["daytona"]
+        _state.update(pool=None, daytona=None, backend=None)
+    if pool is not None:
+        pool.close()
+    if daytona is not None:
+        daytona.close()
+
+
+def _forget_after_fork() -> None:
+    """A forked caller must not share its parent's zygote pipes: start its own pool if it needs one."""
+    _state.update(pool=None, daytona=None, backend=None)
+
+
+atexit.register(close)
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+if __name__ == "__main__" and len(sys.argv) >= 3 and sys.argv[1] == "--zygote":
+    _zygote_main(json.loads(sys.argv[2]))
