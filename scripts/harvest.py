@@ -64,11 +64,14 @@ def _append(path: Path, row: dict) -> None:
         os.fsync(f.fileno())
 
 
-def run(pages: list[str], seeds: int, actions_per_obs: int, workers: int, fresh: bool) -> int:
+def run(pages: list[str], seeds: int, actions_per_obs: int, workers: int, fresh: bool,
+        out_dir: Path = SNAPSHOT_PATH.parent, work_dir: Path = WORK_DIR) -> int:
     from tqdm import tqdm
 
-    WORK_DIR.mkdir(parents=True, exist_ok=True)
-    records_path, dropped_path = WORK_DIR / "records.jsonl", WORK_DIR / "dropped.jsonl"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    snapshot_path, manifest_path = out_dir / SNAPSHOT_PATH.name, out_dir / MANIFEST_PATH.name
+    records_path, dropped_path = work_dir / "records.jsonl", work_dir / "dropped.jsonl"
     if fresh:
         for p in (records_path, dropped_path):
             p.unlink(missing_ok=True)
@@ -120,22 +123,22 @@ def run(pages: list[str], seeds: int, actions_per_obs: int, workers: int, fresh:
         r["split"] = split_of(r["page"])
     if not records:
         raise SystemExit("error: no observation could be labeled; nothing written")
-    write_snapshot(records, SNAPSHOT_PATH)
-    manifest = build_manifest(records, list(dropped.values()), versions or _stored_versions(),
+    write_snapshot(records, snapshot_path)
+    manifest = build_manifest(records, list(dropped.values()), versions or _stored_versions(manifest_path),
                               {"seeds_per_page": seeds, "actions_per_obs": actions_per_obs})
-    tmp = MANIFEST_PATH.with_suffix(".json.tmp")
+    tmp = manifest_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, MANIFEST_PATH)
+    os.replace(tmp, manifest_path)
     rate = labeled / elapsed if labeled else 0.0
     print(f"harvest: {len(records)} observations ({manifest['totals']['actions']} labeled actions, "
-          f"{len(dropped)} dropped) -> {SNAPSHOT_PATH}; this run labeled {labeled} actions in {elapsed:.0f} s "
+          f"{len(dropped)} dropped) -> {snapshot_path}; this run labeled {labeled} actions in {elapsed:.0f} s "
           f"= {rate:.1f} labeled actions/s")
     return 0
 
 
-def _stored_versions() -> dict:
+def _stored_versions(manifest_path: Path) -> dict:
     try:
-        return json.loads(MANIFEST_PATH.read_text())["versions"]
+        return json.loads(manifest_path.read_text())["versions"]
     except (OSError, ValueError, KeyError):
         return {}
 
@@ -147,6 +150,8 @@ def main() -> int:
     parser.add_argument("--actions-per-obs", type=int, default=34, help="candidate actions labeled per observation")
     parser.add_argument("--workers", type=int, default=3, help="browser processes (one Chromium each)")
     parser.add_argument("--fresh", action="store_true", help="forget labeled observations of an earlier run")
+    parser.add_argument("--out", type=Path, default=SNAPSHOT_PATH.parent, help="where the snapshot and manifest go")
+    parser.add_argument("--work-dir", type=Path, default=WORK_DIR, help="where labeled observations accumulate")
     args = parser.parse_args()
     known = browser.page_classes()
     pages = sorted(known) if args.pages == "all" else [p.strip() for p in args.pages.split(",") if p.strip()]
@@ -160,7 +165,7 @@ def main() -> int:
     except browser.BrowserMissing as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    return run(pages, args.seeds, args.actions_per_obs, args.workers, args.fresh)
+    return run(pages, args.seeds, args.actions_per_obs, args.workers, args.fresh, args.out, args.work_dir)
 
 
 if __name__ == "__main__":
