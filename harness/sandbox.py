@@ -154,25 +154,40 @@ def _set_program_limits(timeout_s: float) -> None:
             pass  # a hard limit already lower than ours stays
 
 
-def _program_main(req: dict, start: int, wfd: int) -> None:
-    """A program's process: load the code, run examples[start:], stream one JSON line per event."""
+def _read_until_eof(fd: int) -> bytes:
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _program_main(req_fd: int, out_fd: int) -> None:
+    """A program's process: read "start\\nrequest", load the code, run examples[start:], stream JSON lines."""
     write, dumps, exit_now = os.write, json.dumps, os._exit  # bound before model code can patch them
 
     def emit(msg):
         data = (dumps(msg) + "\n").encode()
         while data:
-            data = data[write(wfd, data):]
+            data = data[write(out_fd, data):]
 
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)  # the zygote's request and reply pipes are fds 0 and 1: gone from here
-    os.closerange(3, wfd)
-    os.closerange(wfd + 1, 1 << 16)
+    low, high = sorted((req_fd, out_fd))
+    os.closerange(3, low)
+    os.closerange(low + 1, high)
+    os.closerange(high + 1, 1 << 16)
+    head, _, body = _read_until_eof(req_fd).partition(b"\n")
+    os.close(req_fd)
+    if not body:
+        exit_now(0)  # the zygote shut down before using this spare process
+    start, req = int(head), json.loads(body)
     _set_program_limits(req["timeout_s"])
     out = _TailWriter(STDOUT_TAIL_CHARS)
     sys.stdout = sys.stderr = out
     signal.signal(signal.SIGALRM, _on_alarm)
-    per_example = req["per_example_s"]
     try:
         signal.setitimer(signal.ITIMER_REAL, req["timeout_s"])  # top-level code gets the whole budget
         fn = _load_program(req["code"])
@@ -182,22 +197,29 @@ def _program_main(req: dict, start: int, wfd: int) -> None:
         emit({"load_error": _describe_exception(err), "out": out.text})
         exit_now(0)
     emit({"loaded": True})
-    states = req["states"]
+    _run_examples(fn, req, start, emit)
+    emit({"out": out.text})
+    emit({"done": True})
+    exit_now(0)
+
+
+def _run_examples(fn, req: dict, start: int, emit) -> None:
+    states, per_example = req["states"], req["per_example_s"]
     for i in range(start, len(req["examples"])):
         state_index, action = req["examples"][i]
         try:
             signal.setitimer(signal.ITIMER_REAL, per_example)
             value = fn(states[state_index], action)
             signal.setitimer(signal.ITIMER_REAL, 0)
+            # type(), not isinstance(): a bool subclass or a fake __class__ does not pass
             msg = {"i": i, "v": value} if type(value) is bool else \
                 {"i": i, "e": f"returned {type(value).__name__}, not bool"}
+        except _ExampleTimeout:
+            msg = {"i": i, "e": f"timed out after {per_example:g}s"}
         except BaseException as err:
             signal.setitimer(signal.ITIMER_REAL, 0)
             msg = {"i": i, "e": _describe_exception(err)}
         emit(msg)
-    emit({"out": out.text})
-    emit({"done": True})
-    exit_now(0)
 
 
 def _describe_status(status: int) -> str:
@@ -222,17 +244,30 @@ def _kill_program(pid: int) -> str:
         status = _describe_status(os.waitpid(pid, 0)[1])
     except ChildProcessError:
         pass
-    if os.getpid() == 1:  # kill(-1) from init reaches exactly the rest of this namespace
-        while True:
-            try:
-                os.kill(-1, signal.SIGKILL)
-            except OSError:
-                pass
-            try:
-                os.waitpid(-1, 0)
-            except ChildProcessError:
-                break
+    _sweep()
     return status
+
+
+_SWEEP = {"on": False}  # set by _isolate when kill(-1) can reach only the sandbox's own processes
+
+
+def _sweep() -> None:
+    """SIGKILL and reap every other process this zygote can signal: escaped grandchildren included.
+
+    Safe only as init of our own pid namespace, or under a uid no other process
+    has (kill(-1) reaches exactly those); otherwise a no-op.
+    """
+    if not _SWEEP["on"]:
+        return
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
 
 
 class _ProgramRun:
@@ -248,67 +283,104 @@ class _ProgramRun:
                 "errors": self.errors, "out": self.out[-STDOUT_TAIL_CHARS:]}
 
 
-def _spawn_program(req: dict, start: int) -> tuple[int, int]:
-    rfd, wfd = os.pipe()
+def spawn_program() -> tuple[int, int, int]:
+    """Fork a program process that waits for its request: (pid, request write fd, result read fd)."""
+    req_r, req_w = os.pipe()
+    out_r, out_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
-            os.close(rfd)
+            os.close(req_w)
+            os.close(out_r)
             os.setpgid(0, 0)
-            _program_main(req, start, wfd)
+            _program_main(req_r, out_w)
         finally:
             os._exit(70)
-    os.close(wfd)
+    os.close(req_r)
+    os.close(out_w)
     try:
         os.setpgid(pid, pid)
     except OSError:
         pass  # the child did it first, or already exited
-    return pid, rfd
+    return pid, req_w, out_r
 
 
-def _watch_program(req: dict, start: int, deadline: float, run: _ProgramRun) -> int | None:
-    """Follow one program process; return the index to resume at, or None when finished."""
-    pid, rfd = _spawn_program(req, start)
-    n, index, loaded, done, buf, received = len(req["examples"]), start, False, False, b"", 0
-    per_example = req["per_example_s"] + ALARM_SLACK_S
-    example_deadline = deadline
-    poller = select.poll()
-    poller.register(rfd, select.POLLIN)
-    outcome = None
-    while outcome is None:
-        now = time.monotonic()
-        if now >= deadline:
-            outcome = "wall"
-            break
-        if now >= example_deadline:
-            outcome = "example_timeout"
-            break
-        if not poller.poll(max(1, int((min(deadline, example_deadline) - now) * 1000) + 1)):
-            continue
-        chunk = os.read(rfd, 65536)
-        received += len(chunk)
-        if not chunk or received > STREAM_CAP_BYTES:
-            outcome = "eof" if not chunk else "flood"
-            break
-        buf += chunk
-        while b"\n" in buf and outcome is None:
-            line, buf = buf.split(b"\n", 1)
-            try:
-                msg = json.loads(line)
-                kind = _apply_message(msg, index, run)
-            except (ValueError, TypeError, KeyError):
-                kind = "bad"
-            if kind == "loaded":
-                loaded, example_deadline = True, time.monotonic() + per_example
-            elif kind == "example":
-                index, example_deadline = index + 1, time.monotonic() + per_example
-            elif kind in ("load_error", "bad"):
-                outcome = kind
-            elif kind == "done":
-                done, outcome = True, "done"
-    os.close(rfd)
+def _send_request(req_w: int, data: bytes) -> bool:
+    try:
+        while data:
+            data = data[os.write(req_w, data):]
+        return True
+    except OSError:  # the process died before reading (EPIPE)
+        return False
+    finally:
+        os.close(req_w)
+
+
+def _watch_program(process, payload: bytes, start: int, req: dict, deadline: float,
+                   run: _ProgramRun) -> tuple[int | None, int | None]:
+    """Feed one program process and follow it.
+
+    Returns (index to resume at or None when finished, pid still to be killed
+    or None): a process that reported "done" is left for the caller to clean up
+    after the reply is sent, the others are killed here.
+    """
+    pid, req_w, out_r = process
+    _send_request(req_w, str(start).encode() + b"\n" + payload)
+    watch = _Watch(req, start, deadline)
+    outcome = watch.follow(out_r, run)
+    os.close(out_r)
+    if outcome == "done":
+        return None, pid
     status = _kill_program(pid)
-    return _resume_index(outcome, status, index, n, loaded, done, req, run)
+    return _resume_index(outcome, status, watch, req, run), None
+
+
+class _Watch:
+    """Deadlines and progress of one program process, as the zygote sees them."""
+
+    def __init__(self, req: dict, start: int, deadline: float):
+        self.n, self.index, self.loaded = len(req["examples"]), start, False
+        self.deadline, self.example_deadline = deadline, deadline
+        self.per_example = req["per_example_s"] + ALARM_SLACK_S
+
+    def follow(self, fd: int, run: _ProgramRun) -> str:
+        """Read the stream until the process is done, misbehaves or runs out of time."""
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        buf, received = b"", 0
+        while True:
+            now = time.monotonic()
+            if now >= self.deadline:
+                return "wall"
+            if now >= self.example_deadline:
+                return "example_timeout"
+            if not poller.poll(int((min(self.deadline, self.example_deadline) - now) * 1000) + 1):
+                continue
+            chunk = os.read(fd, 65536)
+            received += len(chunk)
+            if not chunk:
+                return "eof"
+            if received > STREAM_CAP_BYTES:
+                return "flood"
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                outcome = self._apply(line, run)
+                if outcome:
+                    return outcome
+
+    def _apply(self, line: bytes, run: _ProgramRun) -> str:
+        try:
+            kind = _apply_message(json.loads(line), self.index, run)
+        except (ValueError, TypeError, KeyError, RecursionError):
+            kind = "bad"
+        if kind == "loaded":
+            self.loaded, self.example_deadline = True, time.monotonic() + self.per_example
+        elif kind == "example":
+            self.index, self.example_deadline = self.index + 1, time.monotonic() + self.per_example
+        elif kind in ("load_error", "bad", "done"):
+            return kind
+        return ""
 
 
 def _apply_message(msg: dict, index: int, run: _ProgramRun) -> str:
@@ -322,7 +394,7 @@ def _apply_message(msg: dict, index: int, run: _ProgramRun) -> str:
         run.ok, run.error = False, "program failed to load: " + str(msg["load_error"])[:ERROR_CHARS]
         return "load_error"
     if msg.get("done") is True:
-        return "done"
+        return "done" if index >= len(run.predictions) else "bad"
     if "i" in msg:
         if msg["i"] != index or index >= len(run.predictions):
             return "bad"
@@ -334,37 +406,37 @@ def _apply_message(msg: dict, index: int, run: _ProgramRun) -> str:
     return "out" if "out" in msg else "bad"
 
 
-def _resume_index(outcome, status, index, n, loaded, done, req, run) -> int | None:
-    if outcome in ("done", "load_error"):
+def _resume_index(outcome: str, status: str, watch: _Watch, req: dict, run: _ProgramRun) -> int | None:
+    index, n = watch.index, watch.n
+    if outcome == "load_error":
         return None
     if outcome == "wall":
         run.ok = False
-        run.error = f"wall-time limit of {req['timeout_s']:g}s exceeded" + ("" if loaded else " while loading")
+        run.error = f"wall-time limit of {req['timeout_s']:g}s exceeded" + ("" if watch.loaded else " while loading")
         for i in range(index, n):
             run.errors[i] = "not finished: wall-time limit"
         return None
-    if not loaded:
+    if not watch.loaded:
         run.ok = False
         run.error = {"eof": f"program failed to load: {status}", "flood": "program failed to load: output flood",
                      "bad": "program failed to load: it broke the result stream"}.get(outcome, status)
         return None
     if index >= n:
-        return None  # all examples answered; the process then died or flooded: results stand
+        return None  # every example answered; the process then died or misbehaved: the answers stand
     run.errors[index] = {
         "example_timeout": f"timed out after {req['per_example_s']:g}s",
-        "eof": status, "flood": "flooded the result stream",
-        "bad": "broke the result stream",
+        "eof": status, "flood": "flooded the result stream", "bad": "broke the result stream",
     }[outcome]
     return index + 1
 
 
-def _wipe_tmp(path: str = "/tmp") -> None:
-    """Empty the private /tmp between programs (only inside the new root)."""
+def _wipe_dir(path: str) -> None:
+    """Empty the private temp dir between programs (files of a killed program included)."""
     import shutil
 
     def unlock(func, p, exc):
         try:
-            os.chmod(os.path.dirname(p) or p, 0o700)
+            os.chmod(os.path.dirname(p), 0o700)
             os.chmod(p, 0o700)
             func(p)
         except OSError:
@@ -380,21 +452,34 @@ def _wipe_tmp(path: str = "/tmp") -> None:
                 pass
 
 
-def run_program(req: dict, wipe_tmp: bool) -> dict:
-    """Run one request to completion inside the sandbox and return the reply dict."""
+def run_program(req: dict, payload: bytes, spare=None) -> tuple[dict, int | None]:
+    """Run one request (payload = its JSON bytes) to the end; (reply dict, pid left to clean up).
+
+    `spare` is a process from spawn_program() forked ahead of time; the
+    program resumes in a fresh process after an example that hung or died.
+    """
     run = _ProgramRun(len(req["examples"]))
     deadline = time.monotonic() + req["timeout_s"]
-    start = 0
-    while start is not None and start < len(req["examples"]) or start == 0:
-        start = _watch_program(req, start, deadline, run)
-        if start is None:
+    start, leftover = 0, None
+    while start is not None:
+        process = spare or spawn_program()
+        spare = None
+        start, leftover = _watch_program(process, payload, start, req, deadline, run)
+        if start is not None and start >= len(req["examples"]):
             break
-    if wipe_tmp:
+    return run.reply(), leftover
+
+
+def clean_up(pid: int | None, private_dir: str | None) -> None:
+    """After a reply: kill what is left of the program, empty the private dir."""
+    if pid is not None:
+        _kill_program(pid)
+    _sweep()
+    if private_dir:
         try:
-            _wipe_tmp()
+            _wipe_dir(private_dir)
         except OSError:
             pass
-    return run.reply()
 
 
 # ---- zygote set-up: namespaces, private root, unprivileged uid -----------
@@ -507,12 +592,13 @@ def _drop_privileges(uid: int, in_user_ns: bool) -> None:
 def _isolate(cfg: dict) -> dict:
     """Enter namespaces, pivot into the private root, drop privileges. Returns what holds.
 
-    Forks once: the caller's child (the launcher) waits, and its child, pid 1 of
-    the new pid namespace, returns from here to serve. Any step that fails is
-    reported and the rest continue from what is in place.
+    Forks once: the launcher (the caller's child) waits, and its child, pid 1
+    of the new pid namespace, returns from here to serve. Any step that fails
+    is reported in "reason" and the rest go on from what is in place.
     """
-    info = {"namespaces": False, "filesystem": "shared", "uid": os.getuid(), "reason": ""}
-    in_user_ns = False
+    uid = SANDBOX_UID_BASE + os.getpid()  # host pid of the launcher: no other process has this uid
+    info = {"namespaces": False, "filesystem": "shared", "uid": os.getuid(), "private_dir": cfg["workdir"]}
+    problems, in_user_ns = [], False
     try:
         if os.geteuid() != 0:
             _enter_user_namespace()
@@ -520,27 +606,37 @@ def _isolate(cfg: dict) -> dict:
         os.unshare(os.CLONE_NEWNS | os.CLONE_NEWPID | os.CLONE_NEWNET | os.CLONE_NEWIPC | os.CLONE_NEWUTS)
         info["namespaces"] = True
     except OSError as err:
-        info["reason"] = f"namespaces unavailable: {err}"
+        problems.append(f"namespaces unavailable: {err}")
     if info["namespaces"]:
         _become_namespace_init()
-    try:
-        if info["namespaces"]:
-            _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-            _build_root("/tmp")
-            info["filesystem"] = _pivot_into("/tmp")
-            os.chdir("/tmp")
-        else:
-            os.chdir(cfg["workdir"])
-    except OSError as err:
-        info["reason"] = (info["reason"] + "; " if info["reason"] else "") + f"private root failed: {err}"
-    uid = cfg["uid"]
+        try:
+            _enter_private_root(info)
+        except OSError as err:
+            problems.append(f"private root failed: {err}")
+    if info["filesystem"] == "shared" and os.geteuid() == 0 and not in_user_ns:
+        os.chown(cfg["workdir"], uid, uid)
+    os.chdir(info["private_dir"])
     try:
         _drop_privileges(uid, in_user_ns)
         info["uid"] = os.getuid()
+        _SWEEP["on"] = os.getpid() == 1 or info["uid"] == uid
     except OSError as err:
-        info["reason"] = (info["reason"] + "; " if info["reason"] else "") + f"privilege drop failed: {err}"
+        problems.append(f"privilege drop failed: {err}")
     os.umask(0o077)
+    info["reason"] = "; ".join(problems)
     return info
+
+
+def _enter_private_root(info: dict) -> None:
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+    try:
+        _build_root("/tmp")
+    except OSError:
+        _, libc = _libc()
+        libc.umount2(b"/tmp", _MNT_DETACH)  # the caller's workdir lives under the real /tmp: uncover it
+        raise
+    info["filesystem"] = _pivot_into("/tmp")
+    info["private_dir"] = "/tmp"
 
 
 def _become_namespace_init() -> None:
@@ -581,24 +677,29 @@ def _zygote_main(cfg: dict) -> None:
         __import__(name)
     _write_line(1, {"ready": True, "isolation": info})
     buf = bytearray()
+    spare = spawn_program()  # forked ahead: the fork is off the request's critical path
     while True:
         line = _read_line(0, buf)
         if line is None:
             os._exit(0)
+        leftover = None
         try:
-            reply = run_program(json.loads(line), wipe_tmp=info["filesystem"] != "shared")
+            reply, leftover = run_program(json.loads(line), line, spare)
         except Exception as err:  # a bug here must not leave the caller waiting
             reply = {"fatal": f"{type(err).__name__}: {err}"[:ERROR_CHARS]}
         _write_line(1, reply)
+        clean_up(leftover, info["private_dir"])
+        spare = spawn_program()
 
 
 def _run_once(request_b64: str) -> None:
     """Entry of the Daytona runner: isolate as far as possible, run one request, print the reply."""
     import base64
-    req = json.loads(base64.b64decode(request_b64))
     import tempfile
-    info = _isolate({"uid": SANDBOX_UID_BASE + os.getpid(), "workdir": tempfile.mkdtemp()})
-    reply = run_program(req, wipe_tmp=False)
+    payload = base64.b64decode(request_b64)
+    info = _isolate({"workdir": tempfile.mkdtemp()})
+    reply, leftover = run_program(json.loads(payload), payload)
+    clean_up(leftover, None)
     reply["isolation"] = info
     sys.stdout.write(RESULT_MARKER + json.dumps(reply) + "\n")
     sys.stdout.flush()
@@ -612,6 +713,7 @@ def _run_once(request_b64: str) -> None:
 import atexit  # noqa: E402  (caller-side imports; the zygote needs none of them)
 import logging  # noqa: E402
 import math  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
@@ -682,9 +784,8 @@ class _Worker:
     """One zygote process and its pipes."""
 
     def __init__(self):
-        self.workdir = tempfile.mkdtemp(prefix="w8-sandbox-")  # used only in fallback mode
-        os.chmod(self.workdir, 0o777)
-        cfg = {"uid": 0, "workdir": self.workdir}
+        self.workdir = tempfile.mkdtemp(prefix="w8-sandbox-")  # the private dir in fallback mode only
+        cfg = {"workdir": self.workdir}
         self.proc = subprocess.Popen(
             [sys.executable, "-S", "-s", "-P", "-B", os.path.abspath(__file__), "--zygote", json.dumps(cfg)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(ENV_ALLOW),
@@ -747,10 +848,7 @@ class _Worker:
                 stream.close()
             except OSError:
                 pass
-        try:
-            os.rmdir(self.workdir)
-        except OSError:
-            pass
+        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 class _LocalPool:
