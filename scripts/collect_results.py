@@ -1,0 +1,93 @@
+"""Collect a run's small artifacts into results/<run-id>/.
+
+    python scripts/collect_results.py --run-dir .w8-biayn/runs/<run-id>   # a local run folder
+    python scripts/collect_results.py --log run.log [--run-id ID]         # W8_RESULT lines of a saved log
+    python scripts/collect_results.py --sky [--run-id ID]                 # `sky logs w8-biayn-r3` (scoped GCP env)
+    make results RUN_ID=<run-id>                                          # tries the three in that order
+
+Every artifact travels as one `W8_RESULT {json}` line with its sha256 (a damaged line is
+refused). A file already in results/<run-id>/ with other content is never overwritten.
+Ends with one line: k files -> results/<run-id>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.cloud import (CLUSTER, CloudError, emit_results, parse_result_lines, run_sky, runs_in,  # noqa: E402
+                           write_results)
+from harness.pipeline import REPO_ROOT, small_artifacts  # noqa: E402
+
+LOGS_DIR = REPO_ROOT / ".w8-biayn" / "logs"
+
+
+def lines_from_run_dir(run_dir: Path) -> list[str]:
+    """The same W8_RESULT lines run_r3.sh prints, made from the folder (one code path for both)."""
+    buffer = io.StringIO()
+    emit_results(run_dir, small_artifacts(run_dir), out=buffer)
+    return buffer.getvalue().splitlines()
+
+
+def lines_from_sky(cluster: str, job: str | None) -> list[str]:
+    args = ["logs", cluster, *([job] if job else []), "--no-follow"]
+    proc = run_sky(args, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or proc.stdout.strip().splitlines() or ["no output"])[-1]
+        raise CloudError(f"sky logs {cluster} failed: {tail}")
+    return proc.stdout.splitlines()
+
+
+def pick_run_id(runs: list[str], wanted: str | None) -> str:
+    if wanted:
+        if wanted not in runs:
+            raise CloudError(f"no W8_RESULT lines of run {wanted!r} (found: {', '.join(runs) or 'none'})")
+        return wanted
+    if len(runs) != 1:
+        raise CloudError(f"the log holds runs {', '.join(runs) or '(none)'}: pass --run-id (make results RUN_ID=...)")
+    return runs[0]
+
+
+def collect(lines: list[str], out_root: Path, run_id: str | None) -> tuple[str, list[Path]]:
+    """Write the chosen run's records into out_root/<run-id>/; returns the run id and the files."""
+    chosen = pick_run_id(runs_in(lines), run_id)
+    return chosen, write_results(parse_result_lines(lines, run_id=chosen), out_root / chosen)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/collect_results.py", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--run-dir", type=Path, help="a local run folder .w8-biayn/runs/<run-id>")
+    source.add_argument("--log", type=Path, help="a saved log holding W8_RESULT lines (e.g. from make watch)")
+    source.add_argument("--sky", action="store_true", help=f"read `sky logs {CLUSTER}` (needs the cluster)")
+    parser.add_argument("--run-id", help="which run's records to keep when a log holds several")
+    parser.add_argument("--job", help="sky job id (default: the cluster's latest)")
+    parser.add_argument("--cluster", default=CLUSTER)
+    parser.add_argument("--out-root", type=Path, default=REPO_ROOT / "results")
+    args = parser.parse_args(argv)
+    try:
+        if args.run_dir:
+            if not (args.run_dir / "run_config.json").is_file():
+                raise CloudError(f"{args.run_dir} is not a run folder (no run_config.json)")
+            lines, run_id = lines_from_run_dir(args.run_dir), args.run_id or args.run_dir.name
+        elif args.log:
+            if not args.log.is_file():
+                raise CloudError(f"no log file {args.log}")
+            lines, run_id = args.log.read_text(errors="replace").splitlines(), args.run_id
+        else:
+            lines, run_id = lines_from_sky(args.cluster, args.job), args.run_id
+        run_id, written = collect(lines, args.out_root, run_id)
+    except CloudError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"{len(written)} files -> {args.out_root / run_id}/ ({', '.join(p.name for p in written)})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

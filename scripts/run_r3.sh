@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# r3: does RL post-training make the harness-writing model reach a gold harness in fewer search steps?
+#
+#   frozen trace (01) -> oracle SFT warm-start (02, optional) -> GRPO (03) -> trained trace (04) -> compare (05)
+#
+# Hardware and time:
+#   GCP, 8x A100, skyrl backend (sky/r3.yaml runs this file): about 1-2 h with the default knobs.
+#   CPU, embedded SmolLM2-135M, local backend: `make smoke` under 5 min, `make local` under 20 min (2 cores).
+#
+# Examples:
+#   bash scripts/run_r3.sh                                   # knobs from W8_* env vars (harness/config.py)
+#   W8_RUN_ID=r3-demo W8_TRACE_MAX_ITERATIONS=4 bash scripts/run_r3.sh
+#   W8_RUN_ID=<an earlier id> bash scripts/run_r3.sh         # resume: finished steps are skipped
+#   sky launch -c w8-biayn-r3 -y --down sky/r3.yaml          # the same on a GCP GPU node (make launch)
+#
+# Everything of a run goes to .w8-biayn/runs/<run-id>/ (W8_RUNS_ROOT overrides); its small
+# artifacts are printed as `W8_RESULT {json}` lines and copied to results/<run-id>/
+# (W8_RESULTS_ROOT overrides). A step writes temp-then-rename and then a marker
+# steps/<step>.json; a step whose marker and outputs exist is skipped, so a preempted or
+# crashed run resumes where it stopped. W8_STEPS_DIR (tests only) swaps the step scripts.
+#
+# Secrets (DAYTONA_API_KEY) stay in the environment: this script never traces commands
+# (no `set -x`) and never prints the environment.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STEPS_DIR="${W8_STEPS_DIR:-scripts}"
+RESULTS_ROOT="${W8_RESULTS_ROOT:-results}"
+if [ -n "${W8_PYTHON:-}" ]; then PY="$W8_PYTHON"
+elif [ -z "${VIRTUAL_ENV:-}" ] && [ -x .venv/bin/python ]; then PY=.venv/bin/python
+else PY=python
+fi
+START=$(date +%s)
+
+# ---- 0. knobs and the run folder ---------------------------------------------------------
+# Every knob is range-checked here (a bad one stops the run with its name) and the resolved
+# knobs, versions and git sha are written to run_config.json before any work starts.
+RUN_DIR=$("$PY" -m harness.pipeline init)
+RUN_ID=$(basename "$RUN_DIR")
+export W8_RUN_ID="$RUN_ID"
+echo "r3 run $RUN_ID -> $RUN_DIR (resume with W8_RUN_ID=$RUN_ID)"
+if [ -n "${DAYTONA_API_KEY:-}" ]; then echo "sandbox: DAYTONA_API_KEY is set"; else echo "sandbox: no DAYTONA_API_KEY, local processes"; fi
+"$PY" -m harness.cloud emit "$RUN_DIR" run_config.json
+
+# On the GPU node the hub model is fetched into the HF cache once; locally nothing is downloaded.
+if [ "${W8_BACKEND:-local}" = "skyrl" ] && [ ! -e "${W8_HARNESS_MODEL:-smollm2-135m}" ] \
+   && [[ "${W8_HARNESS_MODEL:-smollm2-135m}" == */* ]]; then
+  echo "model: fetching ${W8_HARNESS_MODEL} into the HF cache (GPU node only)"
+  "$PY" -c "import sys; from huggingface_hub import snapshot_download; snapshot_download(sys.argv[1])" "$W8_HARNESS_MODEL"
+fi
+
+run_step() {
+  local step="$1" t0 rc
+  if "$PY" -m harness.pipeline done "$RUN_DIR" "$step"; then
+    echo "== $step: complete, skipped"
+  else
+    echo "== $step"
+    t0=$(date +%s)
+    rc=0
+    "$PY" "$STEPS_DIR/$step.py" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+      echo "error: $step failed (exit $rc) after $(( $(date +%s) - t0 ))s; finished steps are kept." \
+           "Resume: W8_RUN_ID=$RUN_ID bash scripts/run_r3.sh" >&2
+      exit "$rc"
+    fi
+  fi
+  "$PY" -m harness.cloud emit "$RUN_DIR" "$step"
+}
+
+# ---- 1. frozen trace: the operator as shipped, searching the held-out task(s) --------------
+run_step 01_frozen_trace
+
+# ---- 2. oracle SFT warm-start (skipped, with a marker, when W8_HARNESS_SFT_STEPS=0) --------
+run_step 02_sft
+
+# ---- 3. GRPO post-training: TRL on CPU (local) or SkyRL on the GPU node (skyrl) -------------
+run_step 03_grpo
+
+# ---- 4. trained trace: the same search with the newest global_step_N/policy ----------------
+run_step 04_trained_trace
+
+# ---- 5. strict compare, plot, summary.md ---------------------------------------------------
+run_step 05_compare
+
+# ---- 6. results/<run-id>/: the small proof (never overwrites a finished run's files) -------
+"$PY" scripts/collect_results.py --run-dir "$RUN_DIR" --out-root "$RESULTS_ROOT"
+echo "r3 run $RUN_ID finished in $(( $(date +%s) - START ))s: $RESULTS_ROOT/$RUN_ID/summary.md"
