@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from dataclasses import dataclass
 from typing import Protocol
 
 FUNCTION_NAME = "is_legal_action"
 SIGNATURE = f"def {FUNCTION_NAME}(state: str, action: str) -> bool:"
 MAX_CODE_CHARS = 100_000  # larger "programs" are degenerate outputs; do not even parse them
+MAX_OUTPUT_CHARS = 400_000  # model output beyond this is cut before extraction (bounds regex and parse time)
 
 
 @dataclass(frozen=True)
@@ -39,12 +41,9 @@ class Validation:
 
 
 class Harness(Protocol):
+    """What a loaded program's is_legal_action is (the reference is harness/oracle.py)."""
+
     def __call__(self, state: str, action: str) -> bool: ...
-
-
-def is_legal_action(state: str, action: str) -> bool:
-    """The contract's signature only; the reference implementation is harness/oracle.py."""
-    raise NotImplementedError("the model writes this function; see harness/oracle.py for the reference")
 
 
 # ---- extraction ----------------------------------------------------------------
@@ -53,9 +52,10 @@ def is_legal_action(state: str, action: str) -> bool:
 _CHAT_TOKENS = re.compile(
     r"<\|(?:im_start|im_end|endoftext|eot_id|end|assistant|user|system|start_header_id|end_header_id)\|>"
     r"|</?s>|\[/?INST\]|<\|fim_\w+\|>")
-_THINK = re.compile(r"<think>.*?(?:</think>|\Z)", re.S)
+_THINK = re.compile(r"<think>.*?</think>|</?think>", re.S)  # an unclosed <think> loses only its tag
 _ROLE_LINE = re.compile(r"^\s*(?:assistant|user|system)\s*:?\s*$", re.I | re.M)
-_FENCE = re.compile(r"^[ \t]*(```|~~~)[ \t]*([\w+.-]*)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\Z)", re.S | re.M)
+# a closing fence on its own line, glued to the last code line, or none at all (output cut off)
+_FENCE = re.compile(r"^[ \t]*(```|~~~)[ \t]*([\w+.-]*)[^\n]*\n(.*?)(?:^[ \t]*\1[ \t]*$|\1[ \t]*$|\Z)", re.S | re.M)
 _CODE_START = re.compile(r"^(?:import |from \w|def |async def |class |@|#|[A-Za-z_]\w*(?:\s*,\s*\w+)*\s*=[^=])")
 _DEFINES = re.compile(rf"^\s*(?:async\s+)?def\s+{FUNCTION_NAME}\s*\(|^\s*{FUNCTION_NAME}\s*=", re.M)
 _NON_PYTHON_LANGS = {"json", "text", "txt", "bash", "sh", "shell", "console", "html", "xml", "yaml", "markdown",
@@ -69,7 +69,7 @@ def _as_text(output) -> str:
         output = bytes(output).decode("utf-8", errors="replace")
     if not isinstance(output, str):
         return ""
-    return output.replace("\r\n", "\n").replace("\x00", "")
+    return output[:MAX_OUTPUT_CHARS].replace("\r\n", "\n").replace("\x00", "")
 
 
 def _clean(text: str) -> str:
@@ -90,17 +90,45 @@ def _fenced_blocks(text: str) -> list[str]:
     blocks = []
     for match in _FENCE.finditer(text):
         if match.group(2).lower() not in _NON_PYTHON_LANGS:
-            blocks.append(match.group(3))
+            blocks.append(textwrap.dedent(match.group(3)))  # fences inside list items are indented
     return blocks
 
 
 def _pick(blocks: list[str]) -> str:
-    """The block that defines the function (the last that also parses); else the last block."""
-    defining = [b for b in blocks if _DEFINES.search(b)]
+    """The block that defines the function (the last that also parses), plus earlier helper blocks it uses."""
+    defining = [i for i, b in enumerate(blocks) if _DEFINES.search(b)]
     if not defining:
         return blocks[-1] if blocks else ""
-    parsing = [b for b in defining if _parses(b)]
-    return (parsing or defining)[-1]
+    parsing = [i for i in defining if _parses(blocks[i])]
+    chosen = (parsing or defining)[-1]
+    helpers = [b for b in blocks[:chosen] if _helper_for(b, blocks[chosen])]
+    return "\n\n".join(b.strip("\n") for b in helpers + [blocks[chosen]])
+
+
+def _helper_for(block: str, main: str) -> bool:
+    """A block of only imports/defs/assignments whose names `main` uses but does not define itself."""
+    try:
+        helper, body = ast.parse(block), ast.parse(main)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    kinds = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+    if not helper.body or not all(isinstance(node, kinds) for node in helper.body):
+        return False
+    used = {n.id for n in ast.walk(body) if isinstance(n, ast.Name)}
+    return bool((_bound_names(helper) & used) - _bound_names(body))
+
+
+def _bound_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+    return names
 
 
 def _bare_code(text: str) -> str:
@@ -187,13 +215,32 @@ def _other_functions(tree: ast.Module) -> list[str]:
     return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
+def _own_nodes(fn: ast.FunctionDef):
+    """Nodes of fn's body, not descending into nested functions, lambdas or classes."""
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+    stack = [n for n in fn.body if not isinstance(n, scopes)]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, scopes))
+
+
+def _body_reason(fn: ast.FunctionDef) -> str:
+    nodes = list(_own_nodes(fn))
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in nodes):
+        return f"{FUNCTION_NAME} is a generator (it uses yield); it must return a bool"
+    if not any(isinstance(n, ast.Return) and n.value is not None for n in nodes):
+        return f"{FUNCTION_NAME} never returns a value (it would return None); it must return a bool"
+    return ""
+
+
 def _definition_reason(node: ast.AST) -> str:
     if isinstance(node, ast.AsyncFunctionDef):
         return f"{FUNCTION_NAME} is async; it must be a plain function"
     if isinstance(node, ast.ClassDef):
         return f"{FUNCTION_NAME} is a class; it must be a function returning bool"
     if isinstance(node, ast.FunctionDef):
-        return _arity_reason(node.args, FUNCTION_NAME)
+        return _arity_reason(node.args, FUNCTION_NAME) or _body_reason(node)
     value = node.value
     if isinstance(value, ast.Lambda):
         return _arity_reason(value.args, FUNCTION_NAME)
@@ -225,15 +272,16 @@ def _invalid_reason(code) -> str:
         detail = f" (col {exc.offset})" if exc.offset else ""
         return f"syntax error at line {exc.lineno}{detail}: {exc.msg}"
     except (ValueError, RecursionError, MemoryError) as exc:
-        return f"program cannot be parsed: {type(exc).__name__}"
+        return f"program cannot be parsed ({type(exc).__name__}: nested or chained too deeply)"
     found = _top_level_definitions(tree)
     if not found:
-        others = _other_functions(tree)
-        hint = f" (it defines: {', '.join(others[:5])})" if others else ""
         nested = any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == FUNCTION_NAME
                      for n in ast.walk(tree))
-        where = " at top level; it is nested in another block" if nested else ""
-        return f"no function {FUNCTION_NAME}{where or ''} defined{hint if not nested else ''}"
+        if nested:
+            return f"{FUNCTION_NAME} is defined inside a class or function; it must be at top level"
+        others = _other_functions(tree)
+        hint = f" (it defines: {', '.join(others[:5])})" if others else ""
+        return f"no function {FUNCTION_NAME} defined{hint}"
     return _definition_reason(found[-1])
 
 
