@@ -159,7 +159,7 @@ def _score_harness(code: str | None, examples: list[Example], recall_weight: flo
                    runner: Callable[..., Any] | None) -> Score:
     if not code or not str(code).strip():
         return invalid_score("no code in the model output", len(examples))
-    problem = _validation_problem(code)
+    problem = validation_problem(code)
     if problem:
         return invalid_score(problem, len(examples))
     if runner is None:
@@ -175,7 +175,7 @@ def _score_harness(code: str | None, examples: list[Example], recall_weight: flo
     return score_predictions(list(run.predictions or []), examples, recall_weight, errors, wall_s)
 
 
-def _validation_problem(code: str) -> str:
+def validation_problem(code: str) -> str:
     """harness.interface's one-line rejection reason for `code`, or "" if it meets the contract."""
     from harness.interface import validate_code
 
