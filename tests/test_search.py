@@ -1,0 +1,238 @@
+"""Thompson-sampling search: sampling behaviour, stopping, traces, bad operator output, resume after a real kill."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.dataset import make_task
+from harness.mutation import DeterministicOperator, Generation, Operator
+from harness.search import (Node, SearchStateError, Trace, run_search, steps_to_first_gold, thompson_pick,
+                            without_timing)
+
+REPO = Path(__file__).resolve().parents[1]
+TASK_SEED = 3  # the deterministic operator needs 11 refinements here: long enough to kill mid-way
+
+
+@pytest.fixture(scope="module")
+def task():
+    return make_task("heldout", seed=TASK_SEED, examples_per_obs=24)
+
+
+@pytest.fixture(scope="module")
+def reference(task):
+    """The uninterrupted deterministic search every resume must reproduce."""
+    return run_search(task, DeterministicOperator(), progress=None).to_trace()
+
+
+def node(index, reward, gold=False):
+    return Node(index=index, parent=None if index == 0 else 0, reward=reward, balanced_accuracy=reward,
+                accuracy=reward, effective_recall=reward, valid=True, reason="", gold=gold, code="")
+
+
+# ---- Thompson sampling --------------------------------------------------------------
+
+def test_thompson_pick_is_seeded():
+    nodes = [node(0, 0.4), node(1, 0.6), node(2, 0.5)]
+    picks = [[thompson_pick(nodes, [0, 1, 2], 20.0, rng) for _ in range(50)] for rng in
+             (random.Random(5), random.Random(5))]
+    assert picks[0] == picks[1]
+    assert len(set(picks[0])) > 1  # it samples, it does not just take the argmax
+
+
+def test_better_node_is_refined_more_often():
+    rng = random.Random(0)
+    nodes = [node(0, 0.3), node(1, 0.8)]
+    picks = [thompson_pick(nodes, [0, 0], 20.0, rng) for _ in range(2000)]
+    assert picks.count(1) > 0.9 * len(picks)
+
+
+def test_refinement_count_pushes_towards_other_nodes():
+    rng = random.Random(0)
+    nodes = [node(0, 0.7), node(1, 0.7)]
+    picks = [thompson_pick(nodes, [0, 30], 20.0, rng) for _ in range(2000)]
+    assert picks.count(0) > 0.9 * len(picks)
+
+
+def test_larger_c_exploits_more():
+    nodes = [node(0, 0.5), node(1, 0.6)]
+
+    def share_of_better(c):
+        rng = random.Random(1)
+        return sum(thompson_pick(nodes, [0, 0], c, rng) for _ in range(3000)) / 3000
+
+    assert share_of_better(200.0) > share_of_better(1.0) + 0.1
+
+
+# ---- steps_to_first_gold ---------------------------------------------------------------
+
+@pytest.mark.parametrize("golds,expected", [
+    ([False, False, True, True], 2), ([True], 0), ([False] * 17, None), ([False, True], 1), ([], None)])
+def test_steps_to_first_gold_on_crafted_traces(golds, expected):
+    t = Trace({"task_id": "x"}, {"max_iterations": 16}, {"name": "crafted"},
+              [node(i, 0.95 if g else 0.5, g) for i, g in enumerate(golds)])
+    assert t.steps_to_first_gold() == expected
+    assert steps_to_first_gold(t.to_trace()) == expected
+    assert t.to_trace()["steps_to_first_gold"] == expected
+
+
+# ---- whole searches (deterministic operator, real sandbox) ------------------------
+
+def test_search_reaches_gold_and_stops(task, reference):
+    nodes = reference["nodes"]
+    assert reference["steps_to_first_gold"] == len(nodes) - 1 <= 16
+    assert reference["stop_reason"] == "gold" and reference["finished"]
+    assert [n["gold"] for n in nodes] == [False] * (len(nodes) - 1) + [True]
+    assert nodes[-1]["balanced_accuracy"] >= 0.9
+    assert nodes[0]["parent"] is None and all(n["parent"] < n["index"] for n in nodes[1:])
+    assert reference["task"]["examples_hash"] == task.examples_hash
+    assert reference["knobs"] == {"search_c": 20.0, "max_iterations": 16, "gold_threshold": 0.9,
+                                  "reward_recall_weight": 0.2, "search_seed": 0, "sandbox_timeout_s": 2.0}
+    assert reference["tokens"] == {"prompt": 0, "completion": 0, "total": 0}
+    assert all(len(n["failures"]) <= 5 for n in nodes) and nodes[0]["failures"]
+
+
+def test_same_seed_same_trace(task, reference):
+    again = run_search(task, DeterministicOperator(), progress=None).to_trace()
+    assert without_timing(again) == without_timing(reference)
+
+
+def test_budget_caps_the_nodes(task):
+    lines = []
+    t = run_search(task, DeterministicOperator(), max_iterations=2, progress=lines.append).to_trace()
+    assert t["n_nodes"] == 3 and t["steps_to_first_gold"] is None and t["stop_reason"] == "budget"
+    assert [ln.split()[:4] for ln in lines] == [["node", "0", "parent", "-"], ["node", "1", "parent", "0"],
+                                                ["node", "2", "parent", lines[2].split()[3]]]
+
+
+def test_gold_nodes_record_heldout_accuracy():
+    task = make_task("heldout", seed=0, examples_per_obs=24)
+    others = [e for e in make_task("train", seed=0, examples_per_obs=24).examples]
+    t = run_search(task, DeterministicOperator(), heldout=others, progress=None).to_trace()
+    gold = [n for n in t["nodes"] if n["gold"]]
+    assert gold and 0.0 <= gold[0]["heldout_accuracy"] <= 1.0
+    assert all(n["heldout_accuracy"] is None for n in t["nodes"] if not n["gold"])
+    seen = []
+    run_search(task, DeterministicOperator(), heldout=lambda code: seen.append(code) or 0.25, progress=None)
+    assert len(seen) == 1 and "def is_legal_action" in seen[0]
+
+
+class ScriptedOperator(Operator):
+    """Plays back fixed answers: the bad outputs a small model produces."""
+
+    name = "scripted"
+
+    def __init__(self, texts):
+        self.texts = list(texts)
+
+    def zero_shot(self, task, seed=0):
+        return Generation(self.texts.pop(0), 10, 5)
+
+    def refine(self, task, code, failures, seed=0):
+        return Generation(self.texts.pop(0), 20, 7)
+
+
+def test_bad_operator_output_never_kills_the_search(task):
+    texts = [b"\x00\xff\xfe binary", "", "I cannot help with that.",
+             "def is_legal_action(state, action):\n    print('x' * 3_000_000)\n    return 'yes'\n",
+             "import os\ndef is_legal_action(state, action):\n    os.kill(os.getpid(), 9)\n    return True\n",
+             "```python\ndef is_legal_action(state, action):\n    return (\n```"]
+    t = run_search(task, ScriptedOperator(texts), max_iterations=5, progress=None).to_trace()
+    nodes = t["nodes"]
+    assert len(nodes) == 6 and t["stop_reason"] == "budget"
+    assert all(n["reward"] == 0.0 for n in nodes)
+    assert [n["valid"] for n in nodes] == [False, False, False, True, True, False]
+    assert all(n["reason"] for n in nodes if not n["valid"])
+    assert "syntax" in nodes[5]["reason"]
+    assert t["tokens"] == {"prompt": 10 + 5 * 20, "completion": 5 + 5 * 7, "total": 150}
+
+
+def test_state_of_another_search_is_refused(task, tmp_path):
+    state = tmp_path / "state.json"
+    run_search(task, DeterministicOperator(), max_iterations=1, state_path=state, progress=None)
+    with pytest.raises(SearchStateError, match=r"knobs\.gold_threshold"):
+        run_search(task, DeterministicOperator(), max_iterations=1, gold_threshold=0.95, state_path=state,
+                   progress=None)
+    other = make_task("heldout", seed=TASK_SEED + 1, examples_per_obs=24)
+    with pytest.raises(SearchStateError, match=r"task\.(task_id|seed|examples_hash)"):
+        run_search(other, DeterministicOperator(), max_iterations=1, state_path=state, progress=None)
+
+
+def test_finished_state_is_returned_as_is(task, tmp_path):
+    state = tmp_path / "state.json"
+    first = run_search(task, DeterministicOperator(), max_iterations=1, state_path=state, progress=None)
+    lines = []
+    second = run_search(task, DeterministicOperator(), max_iterations=1, state_path=state, progress=lines.append)
+    assert without_timing(second.to_trace()) == without_timing(first.to_trace())
+    assert lines == [f"resumed {state}: 2 node(s) done"]
+
+
+# ---- resume after a real SIGKILL --------------------------------------------------------
+
+KILLER = textwrap.dedent("""
+    import os, signal, sys
+    from harness.dataset import make_task
+    from harness.mutation import DeterministicOperator
+    from harness.search import run_search
+
+    mode, at, state = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+    class KilledOperator(DeterministicOperator):
+        calls = 0
+
+        def refine(self, *args, **kwargs):
+            KilledOperator.calls += 1
+            if mode == "operator" and KilledOperator.calls == at:  # dies while node `at` is being made
+                os.kill(os.getpid(), signal.SIGKILL)
+            return super().refine(*args, **kwargs)
+
+    def progress(line):
+        print(line, flush=True)
+        if mode == "progress" and line.split()[1] == str(at):  # dies right after node `at` was saved
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    run_search(make_task("heldout", seed=%d, examples_per_obs=24), KilledOperator(), state_path=state,
+               progress=progress)
+""" % TASK_SEED)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode,at,saved", [("progress", 3, 4), ("operator", 6, 6)])
+def test_resume_after_kill_gives_the_same_trace(task, reference, tmp_path, mode, at, saved):
+    state = tmp_path / "state.json"
+    killed = subprocess.run([sys.executable, "-c", KILLER, mode, str(at), str(state)], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    partial = json.loads(state.read_text())["trace"]
+    assert partial["n_nodes"] == saved < reference["n_nodes"] and not partial["finished"]
+    lines = []
+    resumed = run_search(task, DeterministicOperator(), state_path=state, progress=lines.append).to_trace()
+    assert lines[0] == f"resumed {state}: {saved} node(s) done" and lines[1].startswith(f"node {saved:>3}")
+    assert without_timing(resumed) == without_timing(reference)
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temp file left behind
+
+
+def test_cli_runs_one_search(tmp_path):
+    out = tmp_path / "trace.json"
+    run = subprocess.run([sys.executable, "-m", "harness.search", "--operator", "deterministic", "--task-seed",
+                          str(TASK_SEED), "--trace-max-iterations", "2", "--out", str(out)],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "steps_to_first_gold not reached | nodes 3" in run.stdout
+    assert run.stderr.count("\nnode ") == 3
+    trace = json.loads(out.read_text())
+    assert trace["n_nodes"] == 3 and trace["task"]["seed"] == TASK_SEED
+    assert Path(f"{out}.state.json").exists()
+
+
+def test_cli_bad_knob_is_one_line(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "harness.search", "--operator", "deterministic",
+                          "--harness-gold-threshold", "1.5", "--out", str(tmp_path / "t.json")],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stderr.strip().count("\n") == 0
+    assert "--harness-gold-threshold" in run.stderr
