@@ -45,3 +45,58 @@ benchmark-report: setup ## label balance, per-type stats, oracle accuracy, trivi
 
 bench-harvest: setup ## harvest throughput vs BrowserGym's plain reset+step loop
 	$(PY) scripts/bench_harvest.py
+
+# ---- pipeline (r3) --------------------------------------------------------
+# SkyPilot lives in its own tool env: skypilot[gcp]==0.14.1 pins click/opentelemetry below what .venv needs.
+SKY_VENV ?= .venv-sky
+SKY_STAMP := $(SKY_VENV)/.installed
+SKYPILOT ?= skypilot[gcp]==0.14.1
+RUN_ID ?=
+# Presets apply only to knobs you did not set: `make smoke W8_TRACE_MAX_ITERATIONS=3` wins over the preset.
+# smoke: tiny but real (every stage takes a model step); local: CPU defaults that can show shrinkage.
+SMOKE_KNOBS ?= W8_TRAIN_COUNT=4 W8_TRAIN_EXAMPLES_PER_OBS=8 W8_GRPO_EPOCHS=1 W8_HARNESS_SFT_STEPS=1 \
+	W8_TRACE_EXAMPLES_PER_OBS=8 W8_TRACE_MAX_ITERATIONS=1 W8_OPERATOR_MAX_NEW_TOKENS=48
+LOCAL_KNOBS ?= W8_TRAIN_COUNT=32 W8_GRPO_EPOCHS=1 W8_HARNESS_SFT_STEPS=8 W8_TRACE_MAX_ITERATIONS=8 \
+	W8_OPERATOR_MAX_NEW_TOKENS=256
+with_presets = for kv in $(1); do k=$${kv%%=*}; [ -n "$${!k:-}" ] || export "$$kv"; done
+
+.PHONY: sky-env dry-run smoke local launch watch results down doctor
+
+# make setup (and so make test and CI) also builds the SkyPilot env: the YAML tests need its parser.
+setup: $(SKY_STAMP)
+
+$(SKY_STAMP):
+	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found (set PYTHON312=/path/to/python3.12)"; exit 1; }
+	test -x $(SKY_VENV)/bin/python || $(PYTHON312) -m venv $(SKY_VENV)
+	$(SKY_VENV)/bin/pip install -q -U pip
+	$(SKY_VENV)/bin/pip install -q "$(SKYPILOT)"
+	touch $(SKY_STAMP)
+
+sky-env: $(SKY_STAMP) ## SkyPilot (skypilot[gcp]==0.14.1) in its own tool env .venv-sky
+	@echo "sky-env ok: $$($(SKY_VENV)/bin/sky --version)"
+
+dry-run: setup ## validate a launch offline: knobs, sky/r3.yaml via SkyPilot's parser, SkyRL config, datasets, compileall
+	$(PY) scripts/dry_run.py
+
+smoke: setup ## the whole r3 pipeline locally on tiny knobs, a real model step per stage (< 5 min)
+	@$(call with_presets,$(SMOKE_KNOBS)); export W8_RESULTS_ROOT=$${W8_RESULTS_ROOT:-.w8-biayn/smoke-results}; \
+	W8_RUN_ID=$${W8_RUN_ID:-smoke-$$(date -u +%Y%m%d-%H%M%S)} bash scripts/run_r3.sh
+
+local: setup ## the whole r3 pipeline on the embedded model with CPU defaults -> results/<run-id>/ (< 20 min)
+	@$(call with_presets,$(LOCAL_KNOBS)); bash scripts/run_r3.sh
+
+launch: dry-run ## sky launch -c w8-biayn-r3 -y --down sky/r3.yaml, knobs as --env, DAYTONA_API_KEY as --secret
+	$(PY) scripts/launch.py
+
+watch: ## sky status + streamed logs with live steps_to_gold; the final result parsed out
+	$(PY) scripts/watch.py
+
+results: ## collect the W8_RESULT records of RUN_ID (local run dir, saved log or sky logs) into results/<run-id>/
+	@test -n "$(RUN_ID)" || { echo "error: say which run: make results RUN_ID=<run-id>"; exit 2; }
+	$(PY) scripts/collect_results.py --run-id "$(RUN_ID)"
+
+down: ## tear the cluster down and confirm with sky status
+	$(PY) scripts/down.py
+
+doctor: sky-env ## check the service-account key, mint a token, sky check gcp (scoped env), Daytona or local
+	$(PY) scripts/doctor.py

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SA_PATH = REPO_ROOT / ".gcp-service-account.json"
+SA_PATH = REPO_ROOT / ".gcp-service-account.json"  # W8_GCP_KEY_FILE points elsewhere (tests, a second key)
 SKY_VENV = REPO_ROOT / ".venv-sky"
 GCLOUD_CONFIG_DIR = REPO_ROOT / ".w8-biayn" / "gcloud"
 TASK_YAML = REPO_ROOT / "sky" / "r3.yaml"
@@ -45,10 +45,15 @@ class CloudError(RuntimeError):
     """A cloud prerequisite is missing or wrong; the message says what and how to fix it."""
 
 
+def key_path() -> Path:
+    """The service-account JSON in use: W8_GCP_KEY_FILE if set, else .gcp-service-account.json."""
+    return Path(os.environ.get("W8_GCP_KEY_FILE") or SA_PATH)
+
+
 # ---- service account and scoped env -----------------------------------------------------------
-def load_service_account(path: Path = SA_PATH) -> dict[str, Any]:
+def load_service_account(path: Path | None = None) -> dict[str, Any]:
     """Read and check the key file; CloudError names the problem (the key itself is never printed)."""
-    path = Path(path)
+    path = Path(path or key_path())
     if not path.is_file():
         raise CloudError(f"missing {path.name}: save the service account's JSON key at {path} "
                          "(IAM > Service Accounts > Keys > Add key > JSON); it is git-ignored")
@@ -67,9 +72,10 @@ def load_service_account(path: Path = SA_PATH) -> dict[str, Any]:
     return key
 
 
-def scoped_env(base: Mapping[str, str] | None = None, sa_path: Path = SA_PATH,
+def scoped_env(base: Mapping[str, str] | None = None, sa_path: Path | None = None,
                gcloud_config_dir: Path = GCLOUD_CONFIG_DIR) -> dict[str, str]:
     """A copy of `base` (default os.environ) with GCP auth scoped to the key file; base is not changed."""
+    sa_path = Path(sa_path or key_path())
     key = load_service_account(sa_path)
     env = dict(os.environ if base is None else base)
     sa_file = str(Path(sa_path).resolve())
@@ -84,13 +90,13 @@ def scoped_env(base: Mapping[str, str] | None = None, sa_path: Path = SA_PATH,
 
 
 def sky_executable(env: Mapping[str, str] | None = None) -> str:
-    """`.venv-sky/bin/sky` if built, else `sky` on PATH; CloudError with the fix otherwise."""
+    """`sky` on PATH if there is one, else the repo's `.venv-sky/bin/sky`; CloudError with the fix otherwise."""
+    found = shutil.which("sky", path=(os.environ if env is None else env).get("PATH"))
+    if found:
+        return found
     local = SKY_VENV / "bin" / "sky"
     if local.is_file() and os.access(local, os.X_OK):
         return str(local)
-    found = shutil.which("sky", path=(env or os.environ).get("PATH"))
-    if found:
-        return found
     raise CloudError("sky is not installed: run `make sky-env` (SkyPilot in its own env .venv-sky)")
 
 
@@ -101,11 +107,20 @@ def sky_python() -> str:
     return str(python)
 
 
-def run_sky(args: list[str], env: Mapping[str, str] | None = None, sa_path: Path = SA_PATH,
+def run_sky(args: list[str], env: Mapping[str, str] | None = None, sa_path: Path | None = None,
             **kwargs: Any) -> subprocess.CompletedProcess:
-    """Run `sky ARGS` with the scoped env. Output is not captured unless kwargs ask for it."""
+    """Run `sky ARGS` with the scoped env from the repo root (workdir `.` of sky/r3.yaml is the repo)."""
     scoped = scoped_env(env, sa_path)
+    kwargs.setdefault("cwd", REPO_ROOT)
     return subprocess.run([sky_executable(scoped), *args], env=scoped, check=False, **kwargs)
+
+
+def popen_sky(args: list[str], env: Mapping[str, str] | None = None, sa_path: Path | None = None,
+              **kwargs: Any) -> subprocess.Popen:
+    """Start `sky ARGS` with the scoped env (for streaming its output)."""
+    scoped = scoped_env(env, sa_path)
+    kwargs.setdefault("cwd", REPO_ROOT)
+    return subprocess.Popen([sky_executable(scoped), *args], env=scoped, **kwargs)
 
 
 # ---- sky launch command ------------------------------------------------------------------------
@@ -116,7 +131,7 @@ def knob_envs(env: Mapping[str, str]) -> list[tuple[str, str]]:
     return [(knob.env, env[knob.env]) for knob in KNOBS if env.get(knob.env, "") != ""]
 
 
-def launch_command(env: Mapping[str, str], yaml_path: Path = TASK_YAML, cluster: str = CLUSTER,
+def launch_command(env: Mapping[str, str], yaml_path: str = "sky/r3.yaml", cluster: str = CLUSTER,
                    sky: str = "sky") -> list[str]:
     """sky launch -c CLUSTER -y --down YAML [--gpus G] --env K=V ... [--secret NAME].
 
@@ -278,11 +293,12 @@ def _render_in_sky_env(argv: list[str]) -> int:
     return 0
 
 
-def mint_token(sa_path: Path = SA_PATH, timeout_s: float = 60) -> dict[str, Any]:
+def mint_token(sa_path: Path | None = None, timeout_s: float = 60) -> dict[str, Any]:
     """Mint an access token from the key with google-auth (in .venv-sky); the token is never returned.
 
     {"ok": True, "expiry": ...} or {"ok": False, "network": bool, "error": one line}.
     """
+    sa_path = Path(sa_path or key_path()).resolve()
     proc = subprocess.run([sky_python(), "-m", "harness.cloud", "mint-token", str(sa_path)], cwd=REPO_ROOT,
                           env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, capture_output=True, text=True,
                           timeout=timeout_s)

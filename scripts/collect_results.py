@@ -58,14 +58,29 @@ def collect(lines: list[str], out_root: Path, run_id: str | None) -> tuple[str, 
     return chosen, write_results(parse_result_lines(lines, run_id=chosen), out_root / chosen)
 
 
+def auto_lines(run_id: str, cluster: str, job: str | None) -> tuple[list[str], str]:
+    """A local run folder, else a log saved by `make watch` that holds the run, else `sky logs`."""
+    from harness.pipeline import runs_root
+
+    run_dir = runs_root() / run_id
+    if (run_dir / "run_config.json").is_file():
+        return lines_from_run_dir(run_dir), str(run_dir)
+    for log in sorted(LOGS_DIR.glob("*.log")):
+        lines = log.read_text(errors="replace").splitlines()
+        if run_id in runs_in(lines):
+            return lines, str(log)
+    return lines_from_sky(cluster, job), f"sky logs {cluster}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/collect_results.py", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    source = parser.add_mutually_exclusive_group(required=True)
+    source = parser.add_mutually_exclusive_group()
     source.add_argument("--run-dir", type=Path, help="a local run folder .w8-biayn/runs/<run-id>")
     source.add_argument("--log", type=Path, help="a saved log holding W8_RESULT lines (e.g. from make watch)")
     source.add_argument("--sky", action="store_true", help=f"read `sky logs {CLUSTER}` (needs the cluster)")
-    parser.add_argument("--run-id", help="which run's records to keep when a log holds several")
+    parser.add_argument("--run-id", help="which run; alone, it is looked up in the run folders, the saved "
+                                         "logs, then sky logs")
     parser.add_argument("--job", help="sky job id (default: the cluster's latest)")
     parser.add_argument("--cluster", default=CLUSTER)
     parser.add_argument("--out-root", type=Path, default=REPO_ROOT / "results")
@@ -74,18 +89,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.run_dir:
             if not (args.run_dir / "run_config.json").is_file():
                 raise CloudError(f"{args.run_dir} is not a run folder (no run_config.json)")
-            lines, run_id = lines_from_run_dir(args.run_dir), args.run_id or args.run_dir.name
+            lines, where = lines_from_run_dir(args.run_dir), str(args.run_dir)
+            args.run_id = args.run_id or args.run_dir.name
         elif args.log:
             if not args.log.is_file():
                 raise CloudError(f"no log file {args.log}")
-            lines, run_id = args.log.read_text(errors="replace").splitlines(), args.run_id
+            lines, where = args.log.read_text(errors="replace").splitlines(), str(args.log)
+        elif args.sky:
+            lines, where = lines_from_sky(args.cluster, args.job), f"sky logs {args.cluster}"
+        elif args.run_id:
+            lines, where = auto_lines(args.run_id, args.cluster, args.job)
         else:
-            lines, run_id = lines_from_sky(args.cluster, args.job), args.run_id
-        run_id, written = collect(lines, args.out_root, run_id)
+            raise CloudError("say which run: RUN_ID=<run-id> (or --run-dir / --log / --sky)")
+        run_id, written = collect(lines, args.out_root, args.run_id)
     except CloudError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    print(f"{len(written)} files -> {args.out_root / run_id}/ ({', '.join(p.name for p in written)})")
+    print(f"{len(written)} files from {where} -> {args.out_root / run_id}/ ({', '.join(p.name for p in written)})")
     return 0
 
 
