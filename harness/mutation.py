@@ -28,6 +28,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Sequence
 
 from harness.rewards import Failure
@@ -318,6 +319,7 @@ class OpenAIOperator(ChatOperator):
 
 # The program every deterministic harness shares: parse the action and the state.
 _PRELUDE = '''import ast
+import functools
 import re
 
 _LINE = re.compile(r"""^(\\s*)\\[([^\\]]+)\\] (\\S+)(?: ('(?:[^'\\\\]|\\\\.)*'|"(?:[^"\\\\]|\\\\.)*"))?(.*)$""")
@@ -325,8 +327,9 @@ _ARITY = {"click": (1, 3), "dblclick": (1, 3), "hover": (1, 1), "focus": (1, 1),
           "fill": (2, 3), "select_option": (2, 2), "press": (2, 2), "scroll": (2, 2), "noop": (0, 1)}
 
 
+@functools.lru_cache(maxsize=8)
 def _elements(state):
-    """bid -> {role, rest (the property text), depth, options}."""
+    """bid -> {role, rest (the property text), depth, options}; cached: one page, many actions."""
     out, selects = {}, []
     for line in state.splitlines():
         m = _LINE.match(line)
@@ -428,14 +431,21 @@ def active_rules(code: str) -> list[str]:
     return [name for name in RULE_NAMES if name in found]
 
 
+@lru_cache(maxsize=512)
+def _rule_function(active: frozenset[str]) -> Any:
+    """The compiled is_legal_action of a rule set (our own generated code, run in-process)."""
+    scope: dict[str, Any] = {}
+    exec(compile(compose_program(sorted(active)), "<rule-library>", "exec"), scope)
+    return scope["is_legal_action"]
+
+
 def _fixes(active: list[str], rule: str, failures: Sequence[Failure]) -> int:
     """How many of the shown failures the program with `rule` added gets right."""
-    scope: dict[str, Any] = {}
-    exec(compile(compose_program(active + [rule]), "<rule-library>", "exec"), scope)  # our own generated code
+    harness = _rule_function(frozenset(active + [rule]))
     fixed = 0
     for f in failures:
         try:
-            fixed += scope["is_legal_action"](f.state, f.action) is f.expected
+            fixed += harness(f.state, f.action) is f.expected
         except Exception:
             pass
     return fixed
@@ -457,14 +467,14 @@ class DeterministicOperator(Operator):
         return Generation(_fence(compose_program([])))
 
     def refine(self, task: Any, code: str, failures: Sequence[Failure], seed: int = 0) -> Generation:
+        start = time.perf_counter()
         active = active_rules(code)
         unused = [r for r in RULE_NAMES if r not in active]
-        if not unused:
-            return Generation(_fence(compose_program(active)))
-        shown = list(failures)[:MAX_FAILURES]
-        counts = [_fixes(active, r, shown) for r in unused]
-        best = max(range(len(unused)), key=lambda i: (counts[i], -i))
-        return Generation(_fence(compose_program(active + [unused[best]])))
+        if unused:
+            shown = list(failures)[:MAX_FAILURES]
+            counts = [_fixes(active, r, shown) for r in unused]
+            active = active + [unused[max(range(len(unused)), key=lambda i: (counts[i], -i))]]
+        return Generation(_fence(compose_program(active)), wall_s=time.perf_counter() - start)
 
 
 def _fence(code: str) -> str:
