@@ -295,7 +295,12 @@ class OpenAIOperator(ChatOperator):
         except ImportError:
             return self._complete_urllib(messages, seed)
         client = openai.OpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout_s)
-        resp = client.chat.completions.create(**self._payload(messages, seed))
+        try:
+            resp = client.chat.completions.create(**self._payload(messages, seed))
+        except openai.APIConnectionError as err:
+            raise OperatorError(f"openai endpoint {self.base_url} unreachable: {err}") from None
+        except openai.APIStatusError as err:
+            raise OperatorError(f"openai endpoint {self.base_url} answered {err.status_code}: {err.message}") from None
         usage = resp.usage
         return Generation(resp.choices[0].message.content or "", getattr(usage, "prompt_tokens", 0) or 0,
                           getattr(usage, "completion_tokens", 0) or 0)

@@ -193,13 +193,22 @@ def test_openai_operator_over_http(task, endpoint):
     assert "Current harness" in _ChatHandler.requests[1][1]["messages"][1]["content"]
 
 
+def test_openai_operator_plain_urllib_path(task, endpoint):
+    """The path taken when the `openai` package is not installed."""
+    op = OpenAIOperator("served-model", endpoint, max_new_tokens=32)
+    gen = op._complete_urllib(build_zero_shot_prompt(task), seed=5)
+    assert _ChatHandler.requests[0][1]["messages"] == build_zero_shot_prompt(task)
+    assert gen.prompt_tokens > 0 and "def is_legal_action" in gen.text
+
+
 def test_openai_operator_unreachable_endpoint_is_one_line():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _ChatHandler)
     port = server.server_address[1]
     server.server_close()  # nothing listens there any more
     op = OpenAIOperator("m", f"http://127.0.0.1:{port}/v1", timeout_s=5)
-    with pytest.raises(OperatorError, match="unreachable"):
-        op.complete([{"role": "user", "content": "hi"}], seed=0)
+    for complete in (op.complete, op._complete_urllib):
+        with pytest.raises(OperatorError, match="unreachable"):
+            complete([{"role": "user", "content": "hi"}], seed=0)
 
 
 # ---- hf: transformers on a tiny randomly initialised local model --------------------
