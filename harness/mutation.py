@@ -84,21 +84,33 @@ def action_bid(action: str) -> str | None:
 
 
 def state_excerpt(state: str, action: str, max_lines: int = MAX_EXCERPT_LINES) -> str:
-    """The lines of `state` about the action's target: its own line and its first children."""
+    """The lines of `state` about the action's target: its own line and its first children.
+
+    Children keep their nesting relative to the target (two spaces a level).
+    """
     bid = action_bid(action)
     if bid is None:
         return "(the action names no element)"
     lines = state.splitlines()
     for i, line in enumerate(lines):
         if line.lstrip().startswith(f"[{bid}] "):
-            depth = len(line) - len(line.lstrip())
+            depth = _depth(line)
             out = [line.strip()]
             for child in lines[i + 1:i + max_lines]:
-                if len(child) - len(child.lstrip()) <= depth:
+                if _depth(child) <= depth:
                     break
-                out.append(child.rstrip())
+                out.append("  " * (_depth(child) - depth) + child.strip())
             return "\n".join(out)
     return f"(no element [{bid}] in the state)"
+
+
+def _depth(line: str) -> int:
+    return len(line) - len(line.lstrip("\t "))
+
+
+def show_action(action: str) -> str:
+    """The action as the prompt shows it: quoted when blank or padded, so the model sees it."""
+    return action if action and action.strip() == action else repr(action)
 
 
 def _pick_examples(examples: Sequence[Any], n: int) -> list[Any]:
@@ -119,7 +131,7 @@ def build_zero_shot_prompt(task: Any, n_examples: int = N_PROMPT_EXAMPLES) -> li
              "", "Observation (state):", truncate_state(task.state), "", "Labeled actions on this page:"]
     for e in _pick_examples(task.examples, n_examples):
         note = f"  (browser error: {e.error.splitlines()[0][:120]})" if (not e.legal and e.error) else ""
-        lines.append(f"{e.action} -> {_label(e.legal)}{note}")
+        lines.append(f"{show_action(e.action)} -> {_label(e.legal)}{note}")
     lines += ["", "Write is_legal_action(state, action) for pages like this one."]
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
 
@@ -131,7 +143,8 @@ def build_refine_prompt(task: Any, code: str, failures: Sequence[Failure],
              "```python", (code or "").strip() or "# (no code was found in the previous answer)", "```", "",
              "It is wrong on these actions:"]
     for k, f in enumerate(list(failures)[:max_failures], 1):
-        lines += [f"{k}. action: {f.action}", f"   state: {state_excerpt(f.state, f.action)}",
+        excerpt = state_excerpt(f.state, f.action).replace("\n", "\n          ")
+        lines += [f"{k}. action: {show_action(f.action)}", f"   state: {excerpt}",
                   f"   expected: {_label(f.expected)}, got: {_label(f.got)}"]
         if f.error:
             lines.append(f"   browser error: {f.error.splitlines()[0][:160]}")

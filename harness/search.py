@@ -339,6 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     cfg = load_config_or_exit(argv, parser=parser)
+    os.environ["W8_SANDBOX"] = cfg.sandbox  # harness.sandbox reads the backend from the env; a flag must reach it
     try:
         task = make_task(args.split, cfg.trace_task_seed, cfg.trace_examples_per_obs)
         operator = operator_from_config(cfg)
