@@ -251,4 +251,4 @@ def test_hf_operator_counts_tokens_and_is_reproducible(task, tiny_model_dir):
     sampled = HFOperator(str(tiny_model_dir), max_new_tokens=8, temperature=1.0)
     s1, s2 = sampled.zero_shot(task, seed=3), sampled.zero_shot(task, seed=3)
     assert s1.text == s2.text  # seeded sampling is reproducible
-    assert {sampled.zero_shot(task, seed=k).text for k in range(4, 8)} != {s1.text}
+    assert {sampled.zero_shot(task, seed=k).text for k in (4, 5)} != {s1.text}  # and it does sample
