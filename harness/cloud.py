@@ -3,7 +3,7 @@
 Standard library only, so the same module also runs under the SkyPilot tool env
 (`.venv-sky`, which has `sky` and google-auth) for the two things that need them:
 
-    python -m harness.cloud render sky/r3.yaml [--env K=V ...] [--gpus A100:8] [--secret NAME ...]
+    python -m harness.cloud render sky/r3.yaml < scenarios.json     # SkyPilot's parser, see render_tasks
     python -m harness.cloud mint-token .gcp-service-account.json
 
 GCP auth is the service-account JSON at the repo root, nothing else. `scoped_env`
@@ -229,56 +229,47 @@ def write_results(records: Mapping[str, Mapping[str, Any]], out_dir: Path) -> li
 
 
 # ---- run inside .venv-sky ----------------------------------------------------------------------
-def render_task(yaml_path: Path = TASK_YAML, env_overrides: Iterable[tuple[str, str]] = (),
-                gpus: str | None = None, secret_names: Iterable[str] = (), timeout_s: float = 120) -> dict:
-    """Parse the task YAML with SkyPilot's own parser (in .venv-sky) after applying overrides.
+def render_tasks(scenarios: list[dict[str, Any]], yaml_path: Path = TASK_YAML, timeout_s: float = 180) -> list[dict]:
+    """Parse the task YAML with SkyPilot's own parser (in .venv-sky), once per scenario, in one process.
 
-    Secret values are never passed: each named secret gets a placeholder, like a redacted log.
-    Returns the rendered summary; CloudError carries SkyPilot's one-line rejection.
+    A scenario is {"env": [[NAME, VALUE], ...], "gpus": "A100:8" | None, "secrets": [NAME, ...]}: what
+    `sky launch --env/--gpus/--secret` would apply. Secret values are never passed: each named secret
+    gets a placeholder. Each result is the rendered summary, or {"error": SkyPilot's one-line rejection}.
     """
-    cmd = [sky_python(), "-m", "harness.cloud", "render", str(yaml_path)]
-    for name, value in env_overrides:
-        cmd += ["--env", f"{name}={value}"]
-    if gpus:
-        cmd += ["--gpus", gpus]
-    for name in secret_names:
-        cmd += ["--secret", name]
     # A private HOME: importing sky creates ~/.sky; a validation should leave no trace.
     home = REPO_ROOT / ".w8-biayn" / "sky-home"
     home.mkdir(parents=True, exist_ok=True)
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
-    proc = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    proc = subprocess.run([sky_python(), "-m", "harness.cloud", "render", str(yaml_path)], cwd=REPO_ROOT, env=env,
+                          input=json.dumps(scenarios), capture_output=True, text=True, timeout=timeout_s)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         reason = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise CloudError(f"SkyPilot rejects {Path(yaml_path).name}: {reason}")
+        raise CloudError(f"cannot run SkyPilot's parser on {Path(yaml_path).name}: {reason}")
     return json.loads(lines[-1])
 
 
-def _render_in_sky_env(argv: list[str]) -> int:
-    import argparse
+def render_task(env_overrides: Iterable[tuple[str, str]] = (), gpus: str | None = None,
+                secret_names: Iterable[str] = (), yaml_path: Path = TASK_YAML) -> dict:
+    """One scenario of render_tasks; CloudError carries SkyPilot's rejection."""
+    [result] = render_tasks([{"env": [list(kv) for kv in env_overrides], "gpus": gpus,
+                              "secrets": list(secret_names)}], yaml_path)
+    if "error" in result:
+        raise CloudError(f"SkyPilot rejects {Path(yaml_path).name}: {result['error']}")
+    return result
 
-    import sky  # only in .venv-sky
-    import yaml
 
-    parser = argparse.ArgumentParser(prog="python -m harness.cloud render")
-    parser.add_argument("yaml_path")
-    parser.add_argument("--env", action="append", default=[])
-    parser.add_argument("--gpus")
-    parser.add_argument("--secret", action="append", default=[])
-    args = parser.parse_args(argv)
-    config = yaml.safe_load(Path(args.yaml_path).read_text())
-    envs = [tuple(item.split("=", 1)) for item in args.env]
-    secrets = [(name, "<redacted>") for name in args.secret]
+def _render_one(sky: Any, config: dict, scenario: dict) -> dict:
+    envs = [tuple(kv) for kv in scenario.get("env") or []]
+    secrets = [(name, "<redacted>") for name in scenario.get("secrets") or []]
     try:
         task = sky.Task.from_yaml_config(config, env_overrides=envs or None, secrets_overrides=secrets or None)
-        if args.gpus:  # what `sky launch --gpus` does: override the accelerators of every resource
-            task.set_resources_override({"accelerators": args.gpus})
+        if scenario.get("gpus"):  # what `sky launch --gpus` does: override every resource's accelerators
+            task.set_resources_override({"accelerators": scenario["gpus"]})
     except Exception as err:  # SkyPilot raises ValueError and its own exception types
-        print(f"{type(err).__name__}: {str(err).strip().splitlines()[0]}", file=sys.stderr)
-        return 1
+        return {"error": f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"}
     resources = list(task.resources)
-    summary = {
+    return {
         "name": task.name,
         "accelerators": [r.accelerators for r in resources],
         "cloud": [str(r.cloud) for r in resources],
@@ -289,7 +280,18 @@ def _render_in_sky_env(argv: list[str]) -> int:
         "run": task.run or "",
         "workdir": task.workdir,
     }
-    print(json.dumps(summary, sort_keys=True, default=str))
+
+
+def _render_in_sky_env(argv: list[str]) -> int:
+    import copy
+
+    import sky  # only in .venv-sky
+    import yaml
+
+    config = yaml.safe_load(Path(argv[0]).read_text())
+    scenarios = json.loads(sys.stdin.read() or "[{}]")
+    # from_yaml_config edits its argument: each scenario gets a fresh copy
+    print(json.dumps([_render_one(sky, copy.deepcopy(config), s) for s in scenarios], sort_keys=True, default=str))
     return 0
 
 
@@ -364,12 +366,12 @@ def _emit_cli(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     command, rest = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("", [])
-    if command == "render":
+    if command == "render" and len(rest) == 1:
         raise SystemExit(_render_in_sky_env(rest))
     if command == "emit" and rest:
         raise SystemExit(_emit_cli(rest))
     if command == "mint-token" and len(rest) == 1:
         raise SystemExit(_mint_in_sky_env(rest))
-    print("usage: python -m harness.cloud render YAML [...] | mint-token KEY.json | emit RUN_DIR [STEP ...]",
+    print("usage: python -m harness.cloud render YAML < SCENARIOS | mint-token KEY.json | emit RUN_DIR [STEP ...]",
           file=sys.stderr)
     raise SystemExit(2)

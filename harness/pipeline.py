@@ -11,9 +11,12 @@ leaves either a finished step or no marker; `scripts/run_r3.sh` skips finished
 steps. A run folder is bound to its knobs: reopening it with different knobs is
 refused rather than mixing two configurations in one result.
 
+Each numbered script runs through `run_step`: it skips a complete step, and prints one
+`W8_RESULT {json}` line per small file the step wrote (also when skipping, so the log of a
+resumed run carries every result).
+
 Also a tiny CLI for run_r3.sh (stdlib + harness.config only, fast to start):
     python -m harness.pipeline init          # print the run dir (creates it, writes run_config.json)
-    python -m harness.pipeline done DIR STEP # exit 0 if STEP is complete in DIR, else 1
 """
 
 from __future__ import annotations
@@ -265,7 +268,8 @@ def run_step(step: str, doc: str, body: Callable[[Config, Path, argparse.Namespa
         print(f"error: {err}", file=sys.stderr)
         return 2
     if step_is_done(run_dir, step) and not args.force:
-        print(f"[{step}] skip: complete in {run_dir} ({read_marker(run_dir, step).get('summary', '')})")
+        print(f"[{step}] complete, skipped ({read_marker(run_dir, step).get('summary', '')})", flush=True)
+        emit_step_results(run_dir, step)
         return 0
     print(f"[{step}] run dir {run_dir}", flush=True)
     start = time.monotonic()
@@ -277,7 +281,15 @@ def run_step(step: str, doc: str, body: Callable[[Config, Path, argparse.Namespa
     wall_s = time.monotonic() - start
     mark_done(run_dir, step, result.outputs, result.summary, wall_s, skipped=result.skipped, **result.extra)
     print(f"[{step}] {'skipped' if result.skipped else 'done'} in {wall_s:.1f}s: {result.summary}", flush=True)
+    emit_step_results(run_dir, step)
     return 0
+
+
+def emit_step_results(run_dir: Path, step: str) -> None:
+    """One `W8_RESULT {json}` line per small file the step wrote (logs carry results home)."""
+    from harness.cloud import emit_results
+
+    emit_results(run_dir, [name for name in small_artifacts(run_dir, [step]) if name != "run_config.json"])
 
 
 # ---- what the steps share: trace files, searches, exports -----------------------------------
@@ -370,9 +382,7 @@ def _cli(argv: list[str]) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
         return 0
-    if argv[:1] == ["done"] and len(argv) == 3:
-        return 0 if step_is_done(Path(argv[1]), argv[2]) else 1
-    print("usage: python -m harness.pipeline init | done RUN_DIR STEP", file=sys.stderr)
+    print("usage: python -m harness.pipeline init", file=sys.stderr)
     return 2
 
 

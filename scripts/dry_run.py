@@ -55,7 +55,7 @@ def check_yaml(cfg: Config) -> str:
     overrides = knob_envs(os.environ)
     gpus = os.environ.get("W8_ACCELERATORS") or None
     try:
-        task = render_task(TASK_YAML, overrides, gpus=gpus, secret_names=SECRETS)
+        task = render_task(overrides, gpus=gpus, secret_names=SECRETS, yaml_path=TASK_YAML)
     except CloudError as err:
         raise CheckError(str(err)) from None
     missing = [k.env for k in KNOBS if k.env not in task["envs"]]
@@ -131,10 +131,10 @@ def main() -> int:
     try:
         cfg = load_config()
     except ConfigError as err:
-        print(f"FAIL knobs           {err}")
+        print(f"FAIL {'knobs':<14} {err}")
         print("dry-run: 0/1 checks ok")
         return 1
-    print(f"ok   knobs           {len(KNOBS)} knobs in range (backend {cfg.backend}, model {cfg.harness_model})")
+    print(f"ok   {'knobs':<14} {len(KNOBS)} knobs in range (backend {cfg.backend}, model {cfg.harness_model})")
     checks.results.append(True)
     checks.run("sky/r3.yaml", check_yaml, cfg)
     checks.run("skyrl config", check_skyrl, cfg)

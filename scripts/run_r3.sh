@@ -17,7 +17,7 @@
 # artifacts are printed as `W8_RESULT {json}` lines and copied to results/<run-id>/
 # (W8_RESULTS_ROOT overrides). A step writes temp-then-rename and then a marker
 # steps/<step>.json; a step whose marker and outputs exist is skipped, so a preempted or
-# crashed run resumes where it stopped. W8_STEPS_DIR (tests only) swaps the step scripts.
+# crashed run resumes where it stopped (searches even resume mid-trace). W8_STEPS_DIR (tests only) swaps the step scripts.
 #
 # Secrets (DAYTONA_API_KEY) stay in the environment: this script never traces commands
 # (no `set -x`) and never prints the environment.
@@ -49,22 +49,18 @@ if [ "${W8_BACKEND:-local}" = "skyrl" ] && [ ! -e "${W8_HARNESS_MODEL:-smollm2-1
   "$PY" -c "import sys; from huggingface_hub import snapshot_download; snapshot_download(sys.argv[1])" "$W8_HARNESS_MODEL"
 fi
 
+# Each step script skips itself when its marker and outputs exist ("complete, skipped") and
+# prints a W8_RESULT line per small file it wrote (also when skipped).
 run_step() {
-  local step="$1" t0 rc
-  if "$PY" -m harness.pipeline done "$RUN_DIR" "$step"; then
-    echo "== $step: complete, skipped"
-  else
-    echo "== $step"
-    t0=$(date +%s)
-    rc=0
-    "$PY" "$STEPS_DIR/$step.py" || rc=$?
-    if [ "$rc" -ne 0 ]; then
-      echo "error: $step failed (exit $rc) after $(( $(date +%s) - t0 ))s; finished steps are kept." \
-           "Resume: W8_RUN_ID=$RUN_ID bash scripts/run_r3.sh" >&2
-      exit "$rc"
-    fi
+  local step="$1" t0 rc=0
+  echo "== $step"
+  t0=$(date +%s)
+  "$PY" "$STEPS_DIR/$step.py" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "error: $step failed (exit $rc) after $(( $(date +%s) - t0 ))s; finished steps are kept." \
+         "Resume: W8_RUN_ID=$RUN_ID bash scripts/run_r3.sh" >&2
+    exit "$rc"
   fi
-  "$PY" -m harness.cloud emit "$RUN_DIR" "$step"
 }
 
 # ---- 1. frozen trace: the operator as shipped, searching the held-out task(s) --------------
