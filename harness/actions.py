@@ -20,8 +20,9 @@ EDITABLE_ROLES = {"textbox", "searchbox", "spinbutton", "combobox"}
 def _legal_candidates(elements, rng: random.Random) -> list[str]:
     out = []
     for bid, el in elements.items():
-        if el.visible and not el.disabled:
-            out += [f"click('{bid}')", f"hover('{bid}')", f"dblclick('{bid}')", f"focus('{bid}')"]
+        if el.pointable and not el.disabled:
+            out += [f"click('{bid}')", f"hover('{bid}')", f"dblclick('{bid}')"]
+        out.append(f"focus('{bid}')")
         out.append(f"press('{bid}', '{rng.choice(KEYS)}')")
         if el.editable and not el.readonly and el.visible and not el.disabled:
             out += [f"fill('{bid}', '{rng.choice(TEXT_VALUES)}')", f"clear('{bid}')"]
@@ -42,7 +43,7 @@ def _illegal_candidates(elements, rng: random.Random, taken: set[str]) -> list[s
         out += [f"click('{u}')", f"fill('{u}', '{rng.choice(TEXT_VALUES)}')", f"hover('{u}')",
                 f"press('{u}', 'Enter')", f"select_option('{u}', 'A')", f"focus('{u}')"]
     for bid, el in elements.items():
-        if not el.visible or el.disabled:
+        if not el.pointable or el.disabled:
             out += [f"click('{bid}')", f"hover('{bid}')", f"dblclick('{bid}')"]
         if not el.editable:
             out += [f"fill('{bid}', '{rng.choice(TEXT_VALUES)}')", f"clear('{bid}')"]

@@ -26,6 +26,7 @@ element costs ~0.5 s, not the 5 s MiniWoB default; the DOM diff waits one settle
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from dataclasses import dataclass, field
 from functools import cache
@@ -45,6 +46,7 @@ SETTLE_MS = 40  # wait after an action before the DOM is diffed (timers, re-rend
 # Errors BrowserGym raises before its action touches the page (parsing, call signature,
 # bid lookup by query): after one of these the tab is still the fresh reset, provably,
 # so the next action may start from it instead of reloading.
+TIMEOUT_ATTEMPTS = 2  # a timeout is the label only if it repeats on this many fresh resets
 UNTOUCHED_ERRORS = ("unknown_bid", "bad_bid_type", "empty_or_unparsable", "unknown_verb", "wrong_arguments")
 # AXTree roles that only repeat their parent's text: dropped to keep states short.
 IGNORED_ROLES = ["LineBreak", "InlineTextBox"]
@@ -119,6 +121,42 @@ _DOM_SNAPSHOT_JS = r"""
   return out;
 }
 """
+
+
+# Playwright's click/dblclick/hover wait until the target has a non-empty box and is the
+# element that receives the pointer at its center (after scrolling it into view).
+# BrowserGym's `visible` flag (a visibility ratio) does not show either, so labels of
+# clicks on zero-size icons or on elements under a dialog were unpredictable from the
+# state. This hit test finds them; the state then carries `zero_size` / `covered`.
+_POINTER_JS = r"""
+() => {
+  const out = {};
+  const sx = window.scrollX, sy = window.scrollY;
+  for (const el of document.querySelectorAll('[bid]')) {
+    const bid = el.getAttribute('bid');
+    const r0 = el.getBoundingClientRect();
+    if (r0.width === 0 || r0.height === 0) { out[bid] = 'zero_size'; continue; }
+    el.scrollIntoView({block: 'center', inline: 'center'});
+    const r = el.getBoundingClientRect();
+    const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+    if (!hit || !(hit === el || el.contains(hit))) out[bid] = 'covered';
+  }
+  window.scrollTo(sx, sy);
+  return out;
+}
+"""
+_BID_LINE = re.compile(r"^(\t*\[([^\]]+)\] .*, visible)(.*)$")
+
+
+def annotate_pointer(state: str, pointer: dict[str, str]) -> str:
+    """Append `zero_size` or `covered` after `visible` on the lines of elements that have it."""
+    lines = []
+    for line in state.splitlines():
+        m = _BID_LINE.match(line)
+        if m and m.group(2) in pointer:
+            line = f"{m.group(1)}, {pointer[m.group(2)]}{m.group(3)}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -249,7 +287,8 @@ class PageSession:
         text = flatten_axtree_to_str(axtree, extra_properties=extra, with_visible=True, with_clickable=True,
                                      skip_generic=False, ignored_properties=(), ignored_roles=IGNORED_ROLES)
         # the root's url is a file:// path of this machine: keep only the page's own name
-        return text.replace(miniwob_base_url(), "miniwob/")
+        text = text.replace(miniwob_base_url(), "miniwob/")
+        return annotate_pointer(text, self._page.evaluate(_POINTER_JS))
 
     def observe(self, page: str, seed: int) -> Observation:
         """Reset twice; the observation counts only if both resets give the same AXTree and DOM."""
@@ -263,6 +302,21 @@ class PageSession:
 
     # -- execute ---------------------------------------------------------------------------
     def execute(self, obs: Observation, action: str) -> Outcome:
+        """Label `action` on a fresh reset of `obs`; a timeout must repeat to count.
+
+        Playwright's 500 ms actionability wait can also run out on a legal action when
+        the machine is busy, so a timed-out action is retried on another fresh reset
+        (TIMEOUT_ATTEMPTS in all) and is illegal only if every attempt times out.
+        """
+        from harness.manifest import error_kind
+
+        for _ in range(TIMEOUT_ATTEMPTS):
+            outcome = self._execute_once(obs, action)
+            if error_kind(outcome.error) != "timeout":
+                break
+        return outcome
+
+    def _execute_once(self, obs: Observation, action: str) -> Outcome:
         """Fresh reset, check it reproduces `obs`, run `action` as BrowserEnv.step would."""
         from browsergym.core.action.base import execute_python_code
 

@@ -7,8 +7,9 @@ only, no imports from the repo. `oracle_source()` is its program text.
 The rules mirror what BrowserGym 0.14.3 + Playwright do with a bid action:
 - the action string must parse to one known call with arguments its function accepts;
 - the bid must exist in the page (the state lists every element that carries one);
-- click/dblclick/hover need a visible target (Playwright's actionability wait times out
-  otherwise); click/dblclick also need it enabled;
+- click/dblclick/hover need a visible target that receives the pointer (not `zero_size`,
+  not `covered` by another element): Playwright's actionability wait times out otherwise;
+  click/dblclick also need it enabled;
 - fill/clear need a visible, enabled, editable text target (input, textarea, contenteditable);
 - select_option needs a <select> (combobox/listbox with options) and an existing option;
 - press/focus work on any existing element, visible or not; scroll and noop always work.
@@ -41,6 +42,10 @@ class Element:
     @property
     def visible(self):
         return "visible" in self.props
+
+    @property
+    def pointable(self):
+        return self.visible and "zero_size" not in self.props and "covered" not in self.props
 
     @property
     def disabled(self):
@@ -126,6 +131,8 @@ def is_legal_action(state: str, action: str) -> bool:
         return False
     if name in ("press", "focus"):
         return True
+    if name in ("click", "dblclick", "hover") and not el.pointable:
+        return False
     if not el.visible:
         return False
     if name == "hover":

@@ -92,8 +92,8 @@ def run(pages: list[str], seeds: int, actions_per_obs: int, workers: int, fresh:
             job_q.put(None)
             proc.start()
         bar = tqdm(total=len(jobs), unit="obs", dynamic_ncols=True)
+        remaining = len(jobs)
         try:
-            remaining = len(jobs)
             while remaining:
                 kind, payload = result_q.get()
                 if kind == "fatal":
@@ -113,8 +113,11 @@ def run(pages: list[str], seeds: int, actions_per_obs: int, workers: int, fresh:
                 bar.set_postfix(actions_per_s=f"{labeled / (time.time() - t0):.1f}", dropped=len(dropped))
         finally:
             bar.close()
-            for proc in procs:
-                proc.join(timeout=10)
+            for proc in procs:  # finished workers exit on their own; interrupted ones close Chromium first
+                proc.join(timeout=1 if remaining else 10)
+                if proc.is_alive():
+                    proc.terminate()
+                    proc.join(timeout=10)
                 if proc.is_alive():
                     proc.kill()
     elapsed = time.time() - t0
@@ -143,6 +146,16 @@ def _stored_versions(manifest_path: Path) -> dict:
         return {}
 
 
+def _exit_on_sigterm() -> None:
+    """A kill (not just Ctrl-C) unwinds through run()'s cleanup, so no worker or Chromium lingers."""
+    import signal
+
+    def handler(signum, frame):
+        raise SystemExit(f"harvest: stopped by signal {signum}; rerun the same command to resume")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", default="all", help="comma-separated MiniWoB page names, or 'all'")
@@ -165,6 +178,7 @@ def main() -> int:
     except browser.BrowserMissing as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    _exit_on_sigterm()
     return run(pages, args.seeds, args.actions_per_obs, args.workers, args.fresh, args.out, args.work_dir)
 
 
