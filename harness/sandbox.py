@@ -82,8 +82,7 @@ SANDBOX_UID_BASE = 1_800_000_000  # + host pid of the launcher: a uid no other p
 FUNCTION_NAME = "is_legal_action"
 MAX_CODE_CHARS = 100_000  # the same bound as harness.interface
 RESULT_MARKER = "W8_SANDBOX_RESULT "
-PRELOAD = ("re", "json", "string", "collections", "itertools", "functools", "math", "typing", "dataclasses",
-           "inspect", "shutil")
+PRELOAD = ("re", "json", "string", "collections", "itertools", "functools", "math", "typing", "shutil")
 
 
 class SandboxError(RuntimeError):
@@ -129,14 +128,22 @@ def _describe_exception(err: BaseException) -> str:
     return text[:ERROR_CHARS]
 
 
-def _load_program(code: str):
-    """Compile and run the program's top level; return is_legal_action or raise ValueError(reason)."""
+def compile_program(code: str):
+    """Compile in the zygote, before any fork (nothing runs; raises ValueError(reason) on failure).
+
+    The parser is the one the caller's validation already ran on this text;
+    compiling here spares every program process the compiler's memory copies.
+    """
     try:
-        compiled = compile(code, "<harness>", "exec")
+        return compile(code, "<harness>", "exec")
     except SyntaxError as err:
         raise ValueError(f"syntax error at line {err.lineno}: {err.msg}") from None
-    except (ValueError, MemoryError, RecursionError) as err:
+    except (ValueError, MemoryError, RecursionError, OverflowError) as err:
         raise ValueError(f"program cannot be compiled: {type(err).__name__}") from None
+
+
+def _load_program(compiled):
+    """Run the program's top level; return is_legal_action or raise ValueError(reason)."""
     namespace = {"__name__": "__harness__", "__builtins__": __builtins__}
     try:
         exec(compiled, namespace)
@@ -147,14 +154,34 @@ def _load_program(code: str):
         raise ValueError(f"no function {FUNCTION_NAME} defined after running the program")
     if not callable(fn):
         raise ValueError(f"{FUNCTION_NAME} is a {type(fn).__name__}, not a function")
-    try:
-        import inspect
-        inspect.signature(fn).bind("state", "action")
-    except TypeError as err:
-        raise ValueError(f"{FUNCTION_NAME} cannot be called as (state, action): {err}"[:ERROR_CHARS]) from None
-    except ValueError:
-        pass  # no signature to inspect (a builtin): calling it will tell
+    problem = _arity_problem(fn)
+    if problem:
+        raise ValueError(problem)
     return fn
+
+
+def _arity_problem(fn) -> str:
+    """Why fn(state, action) cannot be called, for plain functions ("" if it can, or if fn is not one).
+
+    Reads the code object rather than inspect.signature: cheaper, and the
+    program's process touches less memory (every touched page is a copy).
+    """
+    code = getattr(fn, "__code__", None)
+    if code is None or not isinstance(getattr(fn, "__defaults__", None) or (), tuple):
+        return ""
+    positional = code.co_argcount - (1 if hasattr(fn, "__self__") else 0)
+    required = positional - len(fn.__defaults__ or ())
+    takes_varargs = bool(code.co_flags & 0x04)
+    kw_defaults = getattr(fn, "__kwdefaults__", None) or {}
+    kw_required = code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+    missing = [name for name in kw_required if name not in kw_defaults]
+    if required > 2:
+        return f"{FUNCTION_NAME} requires {required} positional arguments; it is called with 2 (state, action)"
+    if positional < 2 and not takes_varargs:
+        return f"{FUNCTION_NAME} takes {positional} positional argument(s); it is called with 2 (state, action)"
+    if missing:
+        return f"{FUNCTION_NAME} requires keyword-only argument(s) {', '.join(missing)}"
+    return ""
 
 
 def _set_program_limits(timeout_s: float) -> None:
@@ -169,15 +196,6 @@ def _set_program_limits(timeout_s: float) -> None:
             pass  # a hard limit already lower than ours stays
 
 
-def _read_until_eof(fd: int) -> bytes:
-    chunks = []
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-
-
 # A program's process reports through a shared page (no syscall per example)
 # and its pipe (errors, load failure, done). Page layout: int64 index of the
 # example in flight, float64 its monotonic start (0 while loading), then one
@@ -188,8 +206,8 @@ MAX_EXAMPLES = 8192
 _SHM_BYTES = _RESULTS_AT + MAX_EXAMPLES
 
 
-def _program_main(req_fd: int, out_fd: int, shm) -> None:
-    """A program's process: read "start\\nrequest", load the code, run examples[start:], report."""
+def _program_main(req: dict, start: int, out_fd: int, shm) -> None:
+    """A program's process (forked with the request in memory): load the code, run examples[start:], report."""
     write, dumps, exit_now = os.write, json.dumps, os._exit  # bound before model code can patch them
 
     def emit(msg):
@@ -200,20 +218,13 @@ def _program_main(req_fd: int, out_fd: int, shm) -> None:
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)  # the zygote's request and reply pipes are fds 0 and 1: gone from here
-    low, high = sorted((req_fd, out_fd))
-    os.closerange(3, low)
-    os.closerange(low + 1, high)
-    os.closerange(high + 1, 1 << 16)
-    head, _, body = _read_until_eof(req_fd).partition(b"\n")
-    os.close(req_fd)
-    if not body:
-        exit_now(0)  # the zygote shut down before using this spare process
-    start, req = int(head), json.loads(body)
+    os.closerange(3, out_fd)
+    os.closerange(out_fd + 1, 1 << 16)
     _set_program_limits(req["timeout_s"])
     out = _TailWriter(STDOUT_TAIL_CHARS)
     sys.stdout = sys.stderr = out
     try:
-        fn = _load_program(req["code"])  # top-level code has the wall deadline only (the zygote's)
+        fn = _load_program(req["compiled"])  # top-level code has the wall deadline only (the zygote's)
     except ValueError as err:
         emit({"load_error": str(err)[:ERROR_CHARS], "out": out.text})
         exit_now(0)
@@ -261,7 +272,8 @@ def _run_examples(fn, req: dict, start: int, shm, emit) -> None:
 
 def _describe_status(status: int) -> str:
     if os.WIFEXITED(status):
-        return f"process exited with code {os.WEXITSTATUS(status)}"
+        code = os.WEXITSTATUS(status)
+        return f"process exited with code {code}" + (" (the program broke the runner)" if code == 70 else "")
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
@@ -321,21 +333,18 @@ class _ProgramRun:
                 "errors": errors, "out": self.out[-STDOUT_TAIL_CHARS:]}
 
 
-def spawn_program() -> tuple:
-    """Fork a program process that waits for its request: (pid, request fd, result fd, pidfd, page)."""
-    req_r, req_w = os.pipe()
+def spawn_program(req: dict, start: int) -> tuple:
+    """Fork the process that runs examples[start:]: (pid, result fd, pidfd, shared page)."""
     out_r, out_w = os.pipe()
     shm = mmap.mmap(-1, _SHM_BYTES)  # anonymous and shared: both sides see the child's writes
     pid = os.fork()
     if pid == 0:
         try:
-            os.close(req_w)
             os.close(out_r)
             os.setpgid(0, 0)
-            _program_main(req_r, out_w, shm)
+            _program_main(req, start, out_w, shm)
         finally:
-            os._exit(70)
-    os.close(req_r)
+            os._exit(70)  # only if the program broke the runner itself
     os.close(out_w)
     try:
         os.setpgid(pid, pid)
@@ -345,29 +354,17 @@ def spawn_program() -> tuple:
         pidfd = os.pidfd_open(pid)  # readable once the process exits, even if a grandchild holds the pipe
     except (AttributeError, OSError):
         pidfd = -1
-    return pid, req_w, out_r, pidfd, shm
+    return pid, out_r, pidfd, shm
 
 
-def _send_request(req_w: int, data: bytes) -> None:
-    try:
-        while data:
-            data = data[os.write(req_w, data):]
-    except OSError:
-        pass  # the process died before reading (EPIPE): the watch sees it exit
-    finally:
-        os.close(req_w)
-
-
-def _watch_program(process, payload: bytes, start: int, req: dict, deadline: float,
-                   run: _ProgramRun) -> tuple[int | None, int | None]:
-    """Feed one program process and follow it.
+def _watch_program(req: dict, start: int, deadline: float, run: _ProgramRun) -> tuple[int | None, int | None]:
+    """Run examples[start:] in a new process and follow it.
 
     Returns (index to resume at or None when finished, pid still to be killed
     or None): a process that reported "done" is left for clean_up() after the
     reply is sent; the others are killed here.
     """
-    pid, req_w, out_r, pidfd, shm = process
-    _send_request(req_w, str(start).encode() + b"\n" + payload)
+    pid, out_r, pidfd, shm = spawn_program(req, start)
     watch = _Watch(req, start, deadline, shm)
     try:
         outcome = watch.follow(out_r, pidfd, run)
@@ -535,19 +532,21 @@ def _wipe_dir(path: str) -> None:
                 pass
 
 
-def run_program(req: dict, payload: bytes, spare=None) -> tuple[dict, int | None]:
-    """Run one request (payload = its JSON bytes) to the end; (reply dict, pid left to clean up).
+def run_program(req: dict) -> tuple[dict, int | None]:
+    """Run one request to the end: (reply dict, pid left for clean_up).
 
-    `spare` is a process from spawn_program() forked ahead of time; the
-    program resumes in a fresh process after an example that hung or died.
+    The program resumes in a fresh process after an example that hung or died.
     """
     run = _ProgramRun(len(req["examples"]))
     deadline = time.monotonic() + req["timeout_s"]
+    try:
+        req["compiled"] = compile_program(req["code"])
+    except ValueError as err:
+        run.ok, run.error = False, f"program failed to load: {err}"
+        return run.reply(), None
     start = 0
     while True:
-        process = spare or spawn_program()
-        spare = None
-        start, leftover = _watch_program(process, payload, start, req, deadline, run)
+        start, leftover = _watch_program(req, start, deadline, run)
         if start is None or start >= len(req["examples"]):
             return run.reply(), leftover
 
@@ -658,6 +657,68 @@ def _drop_capabilities() -> None:
     _check(libc.syscall(number, header, data), "capset")
 
 
+# Syscalls a program never needs and that widen the kernel surface it can reach
+# (namespaces, mounts, tracing, kernel modules, keyrings, bpf, io_uring, ...).
+# x86_64 numbers; elsewhere no filter is installed and sandbox_info() says so.
+_DENIED_X86_64 = {
+    "ptrace": 101, "personality": 135, "chroot": 161, "acct": 163, "mount": 165, "umount2": 166, "swapon": 167,
+    "swapoff": 168, "reboot": 169, "init_module": 175, "delete_module": 176, "kexec_load": 246, "add_key": 248,
+    "request_key": 249, "keyctl": 250, "unshare": 272, "perf_event_open": 298, "name_to_handle_at": 303,
+    "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311,
+    "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
+    "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430,
+    "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "pivot_root": 155,
+}
+_CLONE, _CLONE3 = 56, 435
+_CLONE_NEW_FLAGS = 0x7E020080  # NEWNS NEWCGROUP NEWUTS NEWIPC NEWUSER NEWPID NEWNET NEWTIME
+
+
+def _seccomp_program() -> bytes:
+    """A classic-BPF filter: deny the list with EPERM, clone3 with ENOSYS (libc falls back to clone,
+    whose flags a filter can read), clone with namespace flags with EPERM, other ABIs killed."""
+    import errno
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill = 0x7FFF0000, 0x80000000
+    deny, nosys = 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
+    denied = sorted(_DENIED_X86_64.values())
+    # layout: 0 ld arch, 1 jeq x86_64, 2 ret kill, 3 ld nr, 4 jge x32, then one jeq per denied nr,
+    # jeq clone3, jeq clone, ret allow, ld args[0], jset flags, ret allow, ret deny, ret nosys
+    first = 5
+    clone3_at = first + len(denied)
+    allow_at = clone3_at + 2
+    flags_at, deny_at = allow_at + 1, allow_at + 4
+    nosys_at = deny_at + 1
+    code = [(ld, 0, 0, 4), (jeq, 1, 0, 0xC000003E), (ret, 0, 0, kill), (ld, 0, 0, 0),
+            (jge, deny_at - 5, 0, 0x40000000)]
+    for i, nr in enumerate(denied):
+        code.append((jeq, deny_at - (first + i) - 1, 0, nr))
+    code.append((jeq, nosys_at - clone3_at - 1, 0, _CLONE3))
+    code.append((jeq, flags_at - (clone3_at + 1) - 1, 0, _CLONE))
+    code.append((ret, 0, 0, allow))
+    code.append((ld, 0, 0, 16))  # args[0], low 32 bits: the clone flags
+    code.append((jset, deny_at - (flags_at + 1) - 1, 0, _CLONE_NEW_FLAGS))
+    code.append((ret, 0, 0, allow))
+    code.append((ret, 0, 0, deny))
+    code.append((ret, 0, 0, nosys))
+    return b"".join(struct.pack("<HBBI", *insn) for insn in code)
+
+
+def _install_seccomp() -> bool:
+    """Install the filter on this process (inherited by every program); False where unsupported."""
+    if os.uname().machine != "x86_64":
+        return False
+    ctypes, libc = _libc()
+    program = _seccomp_program()
+    buf = ctypes.create_string_buffer(program, len(program))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(buf))
+    _check(libc.prctl(22, 2, ctypes.byref(fprog), 0, 0), "seccomp")  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    return True
+
+
 def _drop_privileges(uid: int, in_user_ns: bool) -> None:
     _, libc = _libc()
     if in_user_ns:
@@ -704,6 +765,11 @@ def _isolate(cfg: dict) -> dict:
         _SWEEP["on"] = os.getpid() == 1 or info["uid"] == uid
     except OSError as err:
         problems.append(f"privilege drop failed: {err}")
+    try:
+        info["seccomp"] = _install_seccomp()
+    except OSError as err:
+        info["seccomp"] = False
+        problems.append(f"seccomp filter failed: {err}")
     os.umask(0o077)
     info["reason"] = "; ".join(problems)
     return info
@@ -761,28 +827,26 @@ def _zygote_main(cfg: dict) -> None:
     gc.freeze()  # programs' collections then skip the zygote's objects: fewer copy-on-write faults
     _write_line(1, {"ready": True, "isolation": info})
     buf = bytearray()
-    spare = spawn_program()  # forked ahead: the fork is off the request's critical path
     while True:
         line = _read_line(0, buf)
         if line is None:
             os._exit(0)
         leftover = None
         try:
-            reply, leftover = run_program(json.loads(line), line, spare)
+            reply, leftover = run_program(json.loads(line))
         except Exception as err:  # a bug here must not leave the caller waiting
             reply = {"fatal": f"{type(err).__name__}: {err}"[:ERROR_CHARS]}
         _write_line(1, reply)
-        clean_up(leftover, info["private_dir"])
-        spare = spawn_program()
+        clean_up(leftover, info["private_dir"])  # while the caller reads the reply
 
 
 def _run_once(request_b64: str) -> None:
     """Entry of the Daytona runner: isolate as far as possible, run one request, print the reply."""
     import base64
     import tempfile
-    payload = base64.b64decode(request_b64)
+    req = json.loads(base64.b64decode(request_b64))
     info = _isolate({"workdir": tempfile.mkdtemp()})
-    reply, leftover = run_program(json.loads(payload), payload)
+    reply, leftover = run_program(req)
     clean_up(leftover, None)
     reply["isolation"] = info
     sys.stdout.write(RESULT_MARKER + json.dumps(reply) + "\n")

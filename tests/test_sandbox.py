@@ -112,6 +112,7 @@ def test_example_objects_cross_as_state_and_action_only():
     ("\x00\x01\x02binary", "NUL"),
     ("def something_else(state, action):\n    return True\n", "is_legal_action"),
     ("def is_legal_action(state):\n    return True\n", "positional argument"),
+    ("def is_legal_action(state, action, page):\n    return True\n", "positional argument"),
     ("def is_legal_action(state, action)\n    return True\n", "syntax error at line 1"),
 ])
 def test_invalid_programs_give_a_reason_not_an_exception(code, reason):
@@ -342,20 +343,24 @@ def test_raw_writes_to_stdout_go_nowhere():
     assert r.ok and r.predictions == (True, True) and r.stdout_tail == ""
 
 
-def test_forged_results_on_the_stream_are_rejected():
-    code = program("""
+def test_forged_messages_cannot_desynchronise_the_next_program():
+    """A program may choose its own predictions (it returns them anyway), but nothing more."""
+    reply = '{"ok": true, "error": "", "predictions": [false, false, false, false, false, false], ' \
+            '"errors": ["", "", "", "", "", ""], "out": ""}'
+    code = program(f"""
         import os
         def is_legal_action(state, action):
-            for fd in range(3, 64):
+            for fd in range(0, 64):
                 try:
-                    os.write(fd, b'{"i": 5, "v": true}\\n{"done": true}\\n')
+                    os.write(fd, b'{{"i": 5, "e": "forged"}}\\n{{"done": true}}\\n' + {reply!r}.encode() + b'\\n')
                 except OSError:
                     pass
             return True
     """)
     r = run_harness(code, EXAMPLES)
-    assert r.predictions[0] is None and "broke the result stream" in r.example_errors[0]
-    assert all(p in (True, None) for p in r.predictions)
+    assert len(r.predictions) == len(EXAMPLES) and all(p in (True, None) for p in r.predictions)
+    for _ in range(3):
+        assert run_harness(GOOD, EXAMPLES).predictions == GOOD_PREDICTIONS
 
 
 # ---- what cannot be reached ---------------------------------------------
@@ -503,6 +508,37 @@ def test_a_label_hunting_program_finds_no_label(namespaced):
     """)
     r = run_harness(code, examples[:1], timeout_s=10.0, per_example_timeout_s=10.0)
     assert r.ok and r.predictions == (False,), r.example_errors
+
+
+def test_namespace_mount_and_trace_syscalls_are_denied(namespaced):
+    if not namespaced.get("seccomp"):
+        pytest.fail(f"the seccomp filter is expected on x86_64: {namespaced}")
+    code = program("""
+        import ctypes, os, threading
+        def is_legal_action(state, action):
+            libc = ctypes.CDLL(None, use_errno=True)
+            denied = []
+            for flag in (os.CLONE_NEWUSER, os.CLONE_NEWNS, os.CLONE_NEWNET):
+                try:
+                    os.unshare(flag)
+                except PermissionError:
+                    denied.append("unshare")
+            if libc.mount(b"none", b"/tmp", b"tmpfs", 0, None) == -1 and ctypes.get_errno() == 1:
+                denied.append("mount")
+            if libc.ptrace(16, 1, None, None) == -1 and ctypes.get_errno() == 1:  # PTRACE_ATTACH
+                denied.append("ptrace")
+            ran = []
+            thread = threading.Thread(target=lambda: ran.append(1))
+            thread.start()
+            thread.join()
+            pid = os.fork()
+            if pid == 0:
+                os._exit(7)
+            forked = os.waitpid(pid, 0)[1] >> 8 == 7
+            return denied == ["unshare"] * 3 + ["mount", "ptrace"] and ran == [1] and forked
+    """)
+    r = run_harness(code, EXAMPLES[:1])
+    assert r.predictions == (True,), r.example_errors
 
 
 def test_signals_to_the_zygote_do_not_kill_the_worker(namespaced):
