@@ -394,8 +394,8 @@ class _Watch:
         index, started = _PROGRESS.unpack_from(self.shm, 0)
         if self.start <= index <= self.n and started == started:  # NaN-safe
             self.index = index
+            self.loaded = self.loaded or started > 0 or index > self.start
             if started > 0:
-                self.loaded = True
                 self.example_deadline = min(self.deadline, min(started, now) + self.per_example)
             else:
                 self.example_deadline = self.deadline
