@@ -155,16 +155,35 @@ def _bare_code(text: str) -> str:
     return "\n".join(region).strip("\n")
 
 
-def extract_code(output) -> str:
-    """Python source from model output: fenced block(s), bare code, or "" when there is none.
+def _is_usage(node: ast.stmt) -> bool:
+    """A top-level example call, print or assert, or an `if __name__ == "__main__":` block."""
+    if isinstance(node, (ast.Expr, ast.Assert)):
+        return not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))  # keep docstrings
+    if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
+        return any(isinstance(n, ast.Name) and n.id == "__name__" for n in ast.walk(node.test))
+    return False
 
-    Handles chat-template leftovers, <think> blocks, an unterminated final
-    fence (generation cut at max tokens), several blocks (the one defining
-    is_legal_action wins) and bytes. Never raises.
-    """
-    text = _clean(_as_text(output))
-    if not text.strip():
-        return ""
+
+def _drop_usage(code: str) -> str:
+    """Remove example usage after the last definition of the function (small models append
+    `is_legal_action(state, "click")` or prints, which fail at load and sink a valid harness)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return code
+    defining = [i for i, n in enumerate(tree.body) if _top_level_definitions(ast.Module(body=[n], type_ignores=[]))]
+    if not defining:
+        return code
+    kept_lines = {line for n in tree.body if not _is_usage(n) for line in range(n.lineno, n.end_lineno + 1)}
+    lines = code.split("\n")
+    for node in reversed(tree.body[defining[-1] + 1:]):
+        span = range(node.lineno, node.end_lineno + 1)
+        if _is_usage(node) and not kept_lines.intersection(span):  # never cut a line it shares with kept code
+            del lines[node.lineno - 1:node.end_lineno]
+    return "\n".join(lines).strip("\n")
+
+
+def _extract(text: str) -> str:
     blocks = _fenced_blocks(text)
     if blocks:
         picked = _pick(blocks)
@@ -174,6 +193,20 @@ def extract_code(output) -> str:
     if bare:
         return bare
     return text.strip("\n") if _parses(text) else ""
+
+
+def extract_code(output) -> str:
+    """Python source from model output: fenced block(s), bare code, or "" when there is none.
+
+    Handles chat-template leftovers, <think> blocks, an unterminated final
+    fence (generation cut at max tokens), several blocks (the one defining
+    is_legal_action wins, with earlier helper blocks it uses), example usage
+    after the definition (dropped) and bytes. Never raises.
+    """
+    text = _clean(_as_text(output))
+    if not text.strip():
+        return ""
+    return _drop_usage(_extract(text))
 
 
 # ---- validation ------------------------------------------------------------------

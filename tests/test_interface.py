@@ -9,6 +9,14 @@ from harness.interface import FUNCTION_NAME, SIGNATURE, extract_code, prepare, v
 F = "def is_legal_action(state, action):\n    return 'click' in action"
 USES_RE = "def is_legal_action(state, action):\n    return bool(BID.search(action))"
 HELPERS = "import re\nBID = re.compile(r\"'(\\d+)'\")"
+# two real outputs of the embedded SmolLM2-135M-Instruct for the zero-shot prompt of held-out tasks
+SMOLLM2_CODE = ('To complete the function, you can use the `is_legal_action` function that returns a boolean '
+                'indicating if the action performed is legal or not.\n\n```python\ndef is_legal_action(state, action):'
+                '\n    if action == "click":\n        return is_legal_action(state, action)\n    elif action == "click":'
+                '\n        return action == "click"\n\nis_legal_action(state, "click")\n```<|im_end|>')
+SMOLLM2_PROSE = ('The provided code will take a step-by-step list of steps to write a web server (which is a type of '
+                 'software used to run applications on the internet) that can be used to create a web-based '
+                 'web-based web-server.<|im_end|>')
 
 # (name, model output, the code extract_code must return)
 EXTRACT = [
@@ -45,6 +53,14 @@ EXTRACT = [
     ("windows newlines", f"```python\r\n{F}\r\n```".replace("\n    ", "\r\n    "), F),
     ("bytes", f"```python\n{F}\n```".encode(), F),
     ("NUL bytes are dropped", f"```python\n{F}\x00\n```", F),
+    ("example usage after the definition is dropped",
+     f"```python\n{F}\n\nprint(is_legal_action('', \"click('1')\"))\nassert is_legal_action('', 'noop()')\n"
+     "if __name__ == '__main__':\n    print('ok')\nRULES = {'click': 1}\n```", f"{F}\n\nRULES = {{'click': 1}}"),
+    ("usage sharing a line with kept code stays", f"{F}\nx = 1; print(x)", f"{F}\nx = 1; print(x)"),
+    ("real SmolLM2 output: a usage call that would fail at load is dropped", SMOLLM2_CODE,
+     'def is_legal_action(state, action):\n    if action == "click":\n        return is_legal_action(state, action)'
+     '\n    elif action == "click":\n        return action == "click"'),
+    ("real SmolLM2 output: prose only", SMOLLM2_PROSE, ""),
     ("empty", "", ""),
     ("None", None, ""),
     ("whitespace", " \n\t\n", ""),
