@@ -10,44 +10,49 @@ model code, so the caller scores the predictions. run_harness never raises
 because of what the code does: every failure is a HarnessRun with a reason.
 It raises SandboxError only when the sandbox itself cannot start.
 
-Local backend (a fork-server). A pool of zygote processes, one per core,
-started lazily. Each zygote is a fresh `python -S -s -P` running this file
-(standard library only, none of the caller's modules or data) with a scrubbed
-environment. As root on Linux it enters new mount, pid, network, ipc and uts
-namespaces, pivots into a root that holds only read-only /usr, /lib*, /bin,
-the Python installation, /dev/{null,zero,random,urandom} and a small private
-tmpfs /tmp, unmounts the old root, and drops to a uid of its own with no
-capabilities, no_new_privs and dumpable=0. Without root it tries the same in a
-user namespace. Per program it forks a child in its own process group with
-rlimits (address space, CPU, processes, file size, open files, no core), which
-runs all examples with a per-example alarm and streams results back over a
-pipe. The zygote enforces the per-example and wall deadlines itself with
-SIGKILL of the group and of every other process in its pid namespace, resumes
-after an example that hung or killed its process, wipes /tmp, and replies; the
-caller enforces its own deadline on the whole reply and SIGKILLs the zygote
-(and so its whole pid namespace) if it is late. No threads or asyncio timeouts
-are involved.
+Local backend: a fork-server. A pool of zygote processes (one per core,
+started lazily), each a fresh `python -S -s -P` running this file (standard
+library only, none of the caller's modules or data) in a scrubbed
+environment. As root on Linux a zygote enters new mount, pid, network, ipc
+and uts namespaces, pivots into a root holding only read-only /usr, /lib*,
+/bin, /sbin, the Python installation, /dev/{null,zero,random,urandom} and a
+small private tmpfs /tmp, detaches the old root, drops to a uid no other
+process has (no capabilities, no_new_privs, dumpable=0) and installs a
+seccomp filter (no namespaces, mounts, ptrace, bpf, io_uring, keyrings, ...).
+Without root it tries the same inside a user namespace.
 
-What this isolates (namespaces available): the repo, $HOME and everything
-outside the new root are absent, so the benchmark snapshot and its labels
-cannot be opened; no network (an empty network namespace); no writes outside
-the private /tmp (size-capped, wiped after every program); no process
-survives a program; the caller's memory and environment are out of reach (no
-/proc, another uid, dumpable=0); printed output is capped to a tail.
-What it does not isolate: the kernel (no seccomp filter: every syscall is
-allowed to an unprivileged uid), CPU time shared with the caller, and the
-Python standard library, which model code may import. In fallback mode (no
-namespaces: not root and no user namespaces) only the rlimits, the process
-group kill, the scrubbed environment and the private working directory hold:
-the repo stays readable and the network reachable; sandbox_info() and a log
-line say so.
+Per program the zygote compiles the code (nothing runs yet) and forks a
+process in its own group with rlimits (address space, CPU, processes, file
+size, open files, no core) that runs the top level and then every example
+under one interval timer (an example that runs over its limit gets an
+exception), recording results in a shared page and errors on a pipe. The
+zygote enforces the per-example and wall deadlines itself with poll() and
+SIGKILL (of the group, and as pid-namespace init of every other process, so
+nothing survives), resumes in a fresh process after an example that hung or
+killed its process, replies, then cleans up and wipes /tmp. The caller holds
+its own deadline on the reply and SIGKILLs a late zygote, which takes its
+whole pid namespace with it. No threads or asyncio timeouts are involved.
+
+What holds (namespaces available, as here): the repo, $HOME and the benchmark
+snapshot do not exist inside; no network (an empty network namespace); no
+writes outside the private /tmp; no process survives a program; the caller's
+memory and environment are out of reach (no /proc, another uid, no ptrace);
+printed output is capped to a tail; one program cannot affect the next (a
+fresh process each, /tmp wiped). What does not: the kernel itself (the
+syscalls the filter allows are reachable by an unprivileged uid), CPU time
+(shared with the caller), and the Python standard library, which model code
+may import. Fallback (no namespaces: not root and no user namespaces): only
+the rlimits, the process-group kill, the scrubbed environment and a private
+working directory hold; the repo is readable and the network reachable;
+sandbox_info() and a log line say so.
 
 Daytona backend: W8_SANDBOX=daytona, or auto with DAYTONA_API_KEY set. One
-Daytona sandbox (network blocked, ephemeral) is created per process and one
+Daytona sandbox (network blocked, ephemeral) per process; one
 `process.code_run` call runs a whole program's examples (this file's own
-runner, shipped inline). A missing key or an unreachable service falls back
-to the local backend with one log line; the key is read from the env var
-only and masked in every message.
+runner, shipped inline, isolating again as far as the sandbox allows). A
+missing key or an unreachable service falls back to the local backend with
+one log line; the key is read from the env var only and masked in every
+message.
 """
 
 from __future__ import annotations
@@ -978,20 +983,24 @@ class _Worker:
         del self.buf[:end + 1]
         return line
 
-    def run(self, req: dict) -> Any:
-        """Send one request; the reply object, or None if the zygote died or was late (then killed)."""
+    def run(self, req: dict) -> tuple[Any, str]:
+        """Send one request: (reply object, "") or (None, "dead" | "died" | "late" | "garbled").
+
+        "dead": the zygote was gone before the request (safe to retry elsewhere).
+        """
         try:
             self.proc.stdin.write((json.dumps(req) + "\n").encode())
             self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            return None
-        line = self._read_line(time.monotonic() + req["timeout_s"] + REPLY_GRACE_S)
+        except OSError:
+            return None, "dead"
+        deadline = time.monotonic() + req["timeout_s"] + REPLY_GRACE_S
+        line = self._read_line(deadline)
         if line is None:
-            return None
+            return None, "late" if time.monotonic() >= deadline else "died"
         try:
-            return json.loads(line)
+            return json.loads(line), ""
         except ValueError:
-            return None
+            return None, "garbled"
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -1021,12 +1030,17 @@ class _LocalPool:
         self.closed = False
 
     def _acquire(self) -> _Worker:
-        with self.cond:
-            while not self.idle and self.count >= self.size:
-                self.cond.wait()
-            if self.idle:
-                return self.idle.pop()
-            self.count += 1
+        while True:
+            with self.cond:
+                while not self.idle and self.count >= self.size:
+                    self.cond.wait()
+                if not self.idle:
+                    self.count += 1
+                    break
+                worker = self.idle.pop()
+            if worker.alive():
+                return worker
+            self._release(worker, False)  # died while idle (killed from outside): start another
         try:
             worker = _Worker()
         except BaseException:
@@ -1057,12 +1071,17 @@ class _LocalPool:
             worker.kill()
 
     def run(self, req: dict) -> tuple[Any, str]:
-        worker = self._acquire()
-        reply = worker.run(req)
-        healthy = reply is not None and worker.alive()
-        self._release(worker, healthy)
-        if reply is None:
-            return None, (f"wall-time limit of {req['timeout_s']:g}s exceeded (sandbox worker killed)")
+        """(reply, "") or (None, reason); a zygote found dead before the request is replaced once."""
+        for attempt in range(2):
+            worker = self._acquire()
+            reply, trouble = worker.run(req)
+            self._release(worker, not trouble and worker.alive())
+            if trouble != "dead":
+                break
+        if trouble == "late":
+            return None, f"wall-time limit of {req['timeout_s']:g}s exceeded (sandbox worker killed)"
+        if trouble:
+            return None, f"sandbox worker {trouble} while running the program (replaced)"
         return reply, ""
 
     def close(self) -> None:

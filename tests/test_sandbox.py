@@ -221,6 +221,19 @@ def test_a_stopped_worker_is_killed_by_the_caller_deadline():
     assert run_harness(GOOD, EXAMPLES).predictions == GOOD_PREDICTIONS  # a fresh worker takes over
 
 
+def test_a_worker_killed_between_programs_is_replaced_without_failing_the_next():
+    sandbox.sandbox_info()
+    pool = sandbox._state["pool"]
+    both = [pool._acquire(), pool._acquire()]
+    for worker in both:
+        pool._release(worker, True)
+    for worker in list(pool.idle):
+        os.killpg(worker.proc.pid, signal.SIGKILL)
+        worker.proc.wait()
+    r = run_harness(GOOD, EXAMPLES)
+    assert r.ok and r.predictions == GOOD_PREDICTIONS
+
+
 # ---- resources and process exits ----------------------------------------
 
 def test_memory_bomb_fails_the_example_not_the_caller():
