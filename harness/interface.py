@@ -12,10 +12,13 @@ action error.
     v = validate_code(code)                  # v.ok, v.reason (one line: why not)
     code, reason = prepare(model_text)       # both; reason "" when usable
 
-Validation is static (ast): it catches what can be seen without running the
-code (syntax errors with their line, a missing or misnamed function, async
-def, wrong arity). What only running shows (a NameError at load, a non-bool
-return) is reported by harness/sandbox.py, per example.
+Extraction takes the fenced block that defines the function (plus earlier
+helper blocks it uses), or bare code between prose, and drops example usage
+after the definition. Validation is static (ast): it catches what can be seen
+without running the code (syntax errors with their line, a missing, nested or
+misnamed function, async def, generators, no return value, wrong arity).
+What only running shows (a NameError at load, a non-bool return) is reported
+by harness/sandbox.py, per example. Neither ever raises.
 """
 
 from __future__ import annotations
@@ -131,6 +134,15 @@ def _bound_names(tree: ast.Module) -> set[str]:
     return names
 
 
+_BLOCK_WORDS = ("if ", "elif ", "else", "try:", "except", "finally:", "for ", "while ", "with ", "return",
+                ")", "]", "}", "@")
+
+
+def _code_like(line: str) -> bool:
+    return (line.strip() == "" or line[:1] in (" ", "\t") or bool(_CODE_START.match(line))
+            or line.startswith(_BLOCK_WORDS))
+
+
 def _bare_code(text: str) -> str:
     """Code in unfenced output: from the first code-looking line before the def, trailing prose cut."""
     lines = text.split("\n")
@@ -140,17 +152,23 @@ def _bare_code(text: str) -> str:
     def_line = text.count("\n", 0, match.start())
     start = def_line
     for i in range(def_line - 1, -1, -1):  # extend upwards over imports, helpers, blank lines
-        line = lines[i]
-        if line.strip() == "" or line[:1] in (" ", "\t") or _CODE_START.match(line):
+        if _code_like(lines[i]):
             start = i
         else:
             break
-    region = lines[start:]
+    end = def_line + 1
+    while end < len(lines) and _code_like(lines[end]):  # extend downwards until prose at column 0
+        end += 1
+    region = lines[start:end]
+    tries = 0
     for end in range(len(region), def_line - start, -1):  # drop trailing prose until it parses
         candidate = "\n".join(region[:end])
+        if len(candidate) > MAX_CODE_CHARS:
+            continue  # validation refuses it anyway: do not pay for parsing it
         if _parses(candidate):
             return candidate.strip("\n")
-        if len(region) - end > 200:
+        tries += 1
+        if tries > 200:
             break
     return "\n".join(region).strip("\n")
 

@@ -42,6 +42,7 @@ EXTRACT = [
     ("bare code between prose", f"Sure! Here is the function.\n\nimport re\n\n{F}\n\nThis returns True for clicks.",
      f"import re\n\n{F}"),
     ("bare code only", F, F),
+    ("bare code followed by pages of prose", F + "\n\n" + ("Some prose about the page. " * 8 + "\n") * 3000, F),
     ("bare code with decorator and import", f"import functools\n@functools.lru_cache(None)\n{F}",
      f"import functools\n@functools.lru_cache(None)\n{F}"),
     ("bare lambda", "is_legal_action = lambda state, action: True", "is_legal_action = lambda state, action: True"),
