@@ -55,13 +55,14 @@ def metrics_lines(run_dir: Path) -> list[str]:
 
 def summary_markdown(run_dir: Path, result: dict, frozen: list[dict], trained: list[dict]) -> str:
     config = load_run_config(run_dir)
+    trained_model = json.loads((run_dir / "trained_trace.json").read_text()).get("model", "?")
     knobs = config["knobs"]
     budget = result["max_iterations"]
     lines = [
         f"# r3 run `{config['run_id']}`",
         "",
         f"- model: `{config['model']}` (backend `{config['backend']}`, operator `{knobs.get('operator')}`), "
-        f"git `{config['git_sha']}`",
+        f"git `{config['git_sha']}`; trained model `{trained_model}`",
         f"- hardware: {', '.join(config['accelerators']['detected'])}; started {config['started_at']}",
         f"- trace tasks: {result['n_tasks']} held-out, {knobs.get('trace_examples_per_obs')} examples each; "
         f"budget {budget} refinements; gold = balanced accuracy >= {result['gold_threshold']}",
