@@ -1097,8 +1097,11 @@ class _LocalPool:
 
 def _make_daytona_client(api_key: str) -> Any:
     """The SDK client (importing `daytona` costs seconds of CPU: only when the backend is chosen)."""
+    import warnings
     from daytona import Daytona, DaytonaConfig
-    return Daytona(DaytonaConfig(api_key=api_key))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the SDK reads its own deprecated server_url
+        return Daytona(DaytonaConfig(api_key=api_key))
 
 
 def _mask(text: str, secret: str) -> str:
