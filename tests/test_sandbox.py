@@ -596,6 +596,68 @@ def test_weak_isolation_is_announced_when_namespaces_are_missing(isolation, capl
     assert len(caplog.records) == 1 and "weak isolation" in caplog.text and "EPERM" in caplog.text
 
 
+NON_ROOT_PROBE = r'''
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+os.environ["W8_SANDBOX"] = "local"
+from harness.sandbox import run_harness, sandbox_info, close
+CODE = """
+import ctypes
+def is_legal_action(state, action):
+    libc = ctypes.CDLL(None, use_errno=True)
+    header, caps = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()
+    no_caps = libc.syscall(125, header, caps) == 0 and not any(caps)  # capget
+    try:
+        open(PATH).read(1)
+        return False
+    except OSError:
+        return no_caps
+""".replace("PATH", repr(os.path.join(sys.argv[1], "harness", "config.py")))
+run = run_harness(CODE, [{"state": "s", "action": "a"}])
+print(json.dumps({"uid": os.getuid(), "info": sandbox_info(), "predictions": run.predictions}))
+close()
+'''
+
+
+def _traversable_view_script(paths: list[str]) -> str:
+    """Shell lines that make `paths` reachable for an unprivileged uid inside a private mount namespace."""
+    lines = ["mount --make-rprivate /"]
+    for i, path in enumerate(paths):
+        blocked = next((a for a in Path(path).parents if a != Path("/") and not os.stat(a).st_mode & 0o001), None)
+        if blocked is not None:
+            view = f"/dev/shm/w8-view-{os.getpid()}-{i}"
+            lines += [f"mkdir -p {view}", f"mount --bind {path} {view}",
+                      f"mount -t tmpfs -o mode=755 tmpfs {blocked}", f"mkdir -p {path}", f"mount --bind {view} {path}"]
+    return "\n".join(lines)
+
+
+@pytest.mark.slow
+def test_a_non_root_caller_gets_the_same_isolation_through_a_user_namespace(tmp_path):
+    """Run the sandbox as uid 65534 (root only sets up the view); as non-root the whole suite covers it."""
+    import json
+    import shutil
+    import subprocess
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("setpriv"):
+        pytest.skip("needs root to start an unprivileged caller; run as non-root, the suite itself covers this")
+    probe = Path("/dev/shm") / f"w8-probe-{uuid.uuid4().hex}.py"
+    probe.write_text(NON_ROOT_PROBE)
+    probe.chmod(0o644)
+    setup = _traversable_view_script([sys.base_prefix, str(REPO)])
+    command = f"{setup}\ncd / && exec setpriv --reuid=65534 --regid=65534 --clear-groups {sys.executable} {probe} {REPO}"
+    try:
+        done = subprocess.run(["unshare", "-m", "bash", "-c", command], capture_output=True, text=True, timeout=120)
+    finally:
+        probe.unlink()
+        for view in Path("/dev/shm").glob(f"w8-view-{os.getpid()}-*"):
+            view.rmdir()  # empty outside the namespace that mounted onto it
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["uid"] == 65534
+    info = result["info"]
+    assert info["namespaces"] and info["filesystem"] == "pivot_root" and info["seccomp"], info
+    assert result["predictions"] == [True]  # repo unreadable, no capabilities inside
+
+
 # ---- Daytona: a fake client at the SDK boundary -------------------------
 
 class FakeResponse:
