@@ -364,6 +364,49 @@ def newest_export(root: Path) -> Path | None:
     return best[1] if best else None
 
 
+def trainer(name: str) -> Callable[..., Any]:
+    """harness.train_local.<name> (train_sft, train_grpo); StepError if the trainer lacks it."""
+    try:
+        from harness import train_local
+    except ImportError as err:
+        raise StepError(f"the embedded trainer harness/train_local.py cannot be imported ({err})") from None
+    fn = getattr(train_local, name, None)
+    if fn is None:
+        raise StepError(f"harness.train_local has no {name}(): the embedded trainer is incomplete")
+    return fn
+
+
+def run_skyrl(module: str, overrides: list[str], log_path: Path) -> None:
+    """Run a SkyRL entrypoint (`python -m module overrides...`) on the GPU node, output teed to log_path."""
+    cmd = [sys.executable, "-m", module, *overrides]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"$ python -m {module} ({len(overrides)} overrides, log {log_path.name})", flush=True)
+    with open(log_path, "a") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                      text=True, bufsize=1) as proc:
+        for line in proc.stdout:
+            log.write(line)
+            print(line, end="", flush=True)
+    if proc.returncode != 0:
+        raise StepError(f"{module} exited with {proc.returncode} (see {log_path})")
+
+
+def finish_training(run_dir: Path, out_dir: Path, kind: str, wall_s: float) -> StepResult:
+    """After SFT/GRPO: the newest export and <kind>_metrics.json (the trainer's metrics.json, annotated)."""
+    policy = newest_export(out_dir)
+    if policy is None:
+        raise StepError(f"{kind} finished without an export under {out_dir} (global_step_N/policy with config.json)")
+    trainer_metrics = out_dir / "metrics.json"
+    metrics = json.loads(trainer_metrics.read_text()) if trainer_metrics.is_file() else {}
+    metrics = {**metrics, "policy": str(policy.relative_to(run_dir)), "train_wall_s": round(wall_s, 1)}
+    name = f"{kind}_metrics.json"
+    atomic_write_json(run_dir / name, metrics)
+    outputs = [name, str(policy.relative_to(run_dir))]
+    if (out_dir / "metrics.png").is_file():
+        atomic_write_bytes(run_dir / f"{kind}_metrics.png", (out_dir / "metrics.png").read_bytes())
+        outputs.append(f"{kind}_metrics.png")
+    return StepResult(outputs, f"{kind} export {policy.relative_to(run_dir)} in {wall_s:.0f}s")
+
+
 def small_artifacts(run_dir: Path, steps: Iterable[str] = STEPS) -> list[str]:
     """run_config.json plus the file outputs of the finished `steps` (folders such as exports excluded)."""
     names = ["run_config.json"] if (Path(run_dir) / "run_config.json").is_file() else []
