@@ -218,7 +218,10 @@ def resolve_model_path(name: str) -> str:
         from harness.train_local import resolve_model
     except ImportError:
         return name
-    return str(resolve_model(name))
+    try:
+        return str(resolve_model(name))
+    except Exception as err:  # ModelError and friends: one line for the user, not a stack trace
+        raise OperatorError(f"model {name!r}: {err}") from None
 
 
 class HFOperator(ChatOperator):
