@@ -138,6 +138,17 @@ def test_exception_text_names_the_program_line():
     assert r.predictions == (None,) and r.example_errors[0].startswith("line 3: KeyError")
 
 
+def test_regex_warming_compiles_pattern_constants_and_nothing_else():
+    from harness.sandbox_runner import warm_regex_cache
+    code = compile(program("""
+        import re
+        def is_legal_action(state, action):
+            helper = lambda a: re.search(r"\\[(\\d+)\\]", a)
+            return bool(re.match(r"^(\\w+)\\(", action)) and "plain text" in state and "((" != action
+    """), "<harness>", "exec")
+    assert warm_regex_cache(code) == 2  # "((" does not compile, "plain text" is no pattern
+
+
 # ---- time ---------------------------------------------------------------
 
 def test_infinite_loop_in_one_example_times_out_and_the_rest_still_run():
