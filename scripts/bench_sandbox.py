@@ -18,6 +18,8 @@ side by side, so the numbers measure the sandbox rather than the program
 Every mode must reproduce the in-process predictions; the script says so.
 Load average and CPU time per program are printed too: on a shared machine
 the wall numbers move with what else runs, CPU ms per program much less.
+To measure ahead of other work on a busy machine (seconds, as root):
+`chrt -f 10 .venv/bin/python scripts/bench_sandbox.py`.
 Ends with a one-line summary.
 """
 
