@@ -165,10 +165,8 @@ class _Worker:
     """One zygote process and its pipes."""
 
     def __init__(self):
-        self.workdir = tempfile.mkdtemp(prefix="w8-sandbox-")  # the private dir in fallback mode only
-        cfg = {"workdir": self.workdir}
         self.proc = subprocess.Popen(
-            [sys.executable, "-S", "-s", "-P", "-B", RUNNER_PATH, "--zygote", json.dumps(cfg)],
+            [sys.executable, "-S", "-s", "-P", "-B", RUNNER_PATH, "--zygote"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(ENV_ALLOW),
             cwd="/", close_fds=True, start_new_session=True)
         self.buf = bytearray()
@@ -178,6 +176,7 @@ class _Worker:
         except (ValueError, KeyError, TypeError):
             self.isolation = None
         if not isinstance(self.isolation, dict):
+            self.isolation = {}
             self.kill()
             raise SandboxError(f"sandbox worker did not start ({sys.executable} -S {RUNNER_PATH} --zygote)")
 
@@ -233,7 +232,10 @@ class _Worker:
                 stream.close()
             except OSError:
                 pass
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        fallback_dir = str(self.isolation.get("private_dir", ""))
+        if os.path.basename(fallback_dir).startswith(sandbox_runner.FALLBACK_DIR_PREFIX) and \
+                os.path.dirname(fallback_dir) == tempfile.gettempdir():
+            shutil.rmtree(fallback_dir, ignore_errors=True)  # only the zygote's own temp dir, never another path
 
 
 class _LocalPool:

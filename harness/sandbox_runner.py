@@ -1,7 +1,7 @@
 """The sandbox side of harness/sandbox.py: zygote set-up, the fork-server loop, a program's process.
 
 Standard library only and no imports from the repo: a zygote is this file run
-as `python -S -s -P -B harness/sandbox_runner.py --zygote '{"workdir": ...}'`
+as `python -S -s -P -B harness/sandbox_runner.py --zygote`
 (a fresh interpreter holding none of the caller's modules or data), and its
 source text is what the Daytona backend ships into a remote sandbox
 (`_run_once`). Protocol with the caller: one JSON request per line on stdin
@@ -40,6 +40,7 @@ SANDBOX_UID_BASE = 1_800_000_000  # + host pid of the launcher: a uid no other p
 FUNCTION_NAME = "is_legal_action"
 MAX_CODE_CHARS = 100_000  # the same bound as harness.interface
 RESULT_MARKER = "W8_SANDBOX_RESULT "
+FALLBACK_DIR_PREFIX = "w8-sandbox-"  # the private temp dir when there is no private root
 PRELOAD = ("re", "json", "string", "collections", "itertools", "functools", "math", "typing", "shutil")
 
 
@@ -724,15 +725,17 @@ def _drop_privileges(uid: int, in_user_ns: bool) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # set last: credential changes clear it
 
 
-def _isolate(cfg: dict) -> dict:
+def _isolate() -> dict:
     """Enter namespaces, pivot into the private root, drop privileges. Returns what holds.
 
     Forks once: the launcher (the caller's child) waits, and its child, pid 1
     of the new pid namespace, returns from here to serve. Any step that fails
-    is reported in "reason" and the rest go on from what is in place.
+    is reported in "reason" and the rest go on from what is in place; without
+    a private root the programs get a fresh temp dir ("private_dir", which the
+    caller removes).
     """
     uid = SANDBOX_UID_BASE + os.getpid()  # host pid of the launcher: no other process has this uid
-    info = {"namespaces": False, "filesystem": "shared", "uid": os.getuid(), "private_dir": cfg["workdir"]}
+    info = {"namespaces": False, "filesystem": "shared", "uid": os.getuid(), "private_dir": ""}
     problems, in_user_ns = [], False
     try:
         if os.geteuid() != 0:
@@ -748,9 +751,14 @@ def _isolate(cfg: dict) -> dict:
             _enter_private_root(info)
         except OSError as err:
             problems.append(f"private root failed: {err}")
-    if info["filesystem"] == "shared" and os.geteuid() == 0 and not in_user_ns:
-        os.chown(cfg["workdir"], uid, uid)
+    if info["filesystem"] == "shared":
+        import tempfile
+        info["private_dir"] = tempfile.mkdtemp(prefix=FALLBACK_DIR_PREFIX)
+        if os.geteuid() == 0 and not in_user_ns:
+            os.chown(info["private_dir"], uid, uid)
     os.chdir(info["private_dir"])
+    for name in PRELOAD:  # before the uid drop: the Python install may sit in a home only root can read
+        __import__(name)
     try:
         _drop_privileges(uid, in_user_ns)
         info["uid"] = os.getuid()
@@ -773,7 +781,7 @@ def _enter_private_root(info: dict) -> None:
         _build_root("/tmp")
     except OSError:
         _, libc = _libc()
-        libc.umount2(b"/tmp", _MNT_DETACH)  # the caller's workdir lives under the real /tmp: uncover it
+        libc.umount2(b"/tmp", _MNT_DETACH)  # the fallback temp dir goes under the real /tmp: uncover it
         raise
     info["filesystem"] = _pivot_into("/tmp")
     info["private_dir"] = "/tmp"
@@ -808,14 +816,12 @@ def _write_line(fd: int, obj: dict) -> None:
         data = data[os.write(fd, data):]
 
 
-def _zygote_main(cfg: dict) -> None:
+def _zygote_main() -> None:
     """Entry of a zygote: isolate, preload, say ready, then serve requests until stdin closes."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # as namespace init, default-handled signals from inside are dropped
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    info = _isolate(cfg)
+    info = _isolate()
     set_zygote_limits()
-    for name in PRELOAD:
-        __import__(name)
     gc.collect()
     gc.freeze()  # programs' collections then skip the zygote's objects: fewer copy-on-write faults
     _write_line(1, {"ready": True, "isolation": info})
@@ -836,9 +842,8 @@ def _zygote_main(cfg: dict) -> None:
 def _run_once(request_b64: str) -> None:
     """Entry of the Daytona runner: isolate as far as possible, run one request, print the reply."""
     import base64
-    import tempfile
     req = json.loads(base64.b64decode(request_b64))
-    info = _isolate({"workdir": tempfile.mkdtemp()})
+    info = _isolate()
     set_zygote_limits()
     reply, leftover = run_program(req)
     clean_up(leftover, None)
@@ -848,5 +853,5 @@ def _run_once(request_b64: str) -> None:
     os._exit(0)
 
 
-if __name__ == "__main__" and len(sys.argv) >= 3 and sys.argv[1] == "--zygote":
-    _zygote_main(json.loads(sys.argv[2]))
+if __name__ == "__main__" and sys.argv[1:] == ["--zygote"]:
+    _zygote_main()

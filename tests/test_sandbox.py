@@ -600,6 +600,45 @@ def test_patched_builtins_do_not_leak_into_the_next_program():
         assert run_harness(GOOD, EXAMPLES).predictions == GOOD_PREDICTIONS
 
 
+FALLBACK_PROBE = r'''
+import json, logging, os, sys
+sys.path.insert(0, sys.argv[1])
+from harness import sandbox_runner
+libc = __import__("ctypes").CDLL(None)
+libc.prctl(38, 1, 0, 0, 0)  # no_new_privs, so an unprivileged filter may be installed
+sandbox_runner._install_seccomp()  # this process and its zygotes: no unshare, so no namespaces
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+os.environ["W8_SANDBOX"] = "local"
+from harness.sandbox import run_harness, sandbox_info, close
+info = sandbox_info()
+good = run_harness("import os\ndef is_legal_action(state, action):\n    return os.getcwd() == %r\n" % info["private_dir"],
+                   [{"state": "s", "action": "a"}])
+loop = run_harness("def is_legal_action(state, action):\n    while True:\n        pass\n    return True\n",
+                   [{"state": "s", "action": "a"}] * 2, timeout_s=1.0, per_example_timeout_s=0.2)
+close()
+print(json.dumps({"info": info, "good": good.predictions, "loop": loop.example_errors,
+                  "dir_left": os.path.exists(info["private_dir"])}))
+'''
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="uses the x86_64 seccomp filter to take namespaces away")
+def test_without_namespaces_the_fallback_holds_time_limits_and_says_so(tmp_path):
+    """Namespaces taken away (seccomp denies unshare): a private temp dir, deadlines, one warning."""
+    import json
+    import subprocess
+    probe = tmp_path / "probe.py"
+    probe.write_text(FALLBACK_PROBE)
+    done = subprocess.run([sys.executable, str(probe), str(REPO)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    info = result["info"]
+    assert not info["namespaces"] and info["filesystem"] == "shared" and "namespaces unavailable" in info["reason"]
+    assert "weak isolation" in done.stderr and done.stderr.count("weak isolation") == 1
+    assert result["good"] == [True]  # programs run in the fresh private dir
+    assert all("timed out" in e for e in result["loop"])
+    assert not result["dir_left"]  # close() removed it
+
+
 def test_weak_isolation_is_announced_when_namespaces_are_missing(isolation, caplog):
     pool = sandbox._LocalPool(1)
     with caplog.at_level(logging.WARNING, logger="harness.sandbox"):
