@@ -420,10 +420,15 @@ def small_artifacts(run_dir: Path, steps: Iterable[str] = STEPS) -> list[str]:
 def _cli(argv: list[str]) -> int:
     if argv[:1] == ["init"]:
         try:
-            print(open_run(load_config()))
+            run_dir = open_run(load_config())
         except (ConfigError, RunError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
+        done = [step for step in STEPS if step_is_done(run_dir, step)]
+        if done:  # stderr: stdout is the run dir, read by run_r3.sh
+            print(f"resuming {run_dir.name}: {len(done)}/{len(STEPS)} steps complete, next "
+                  f"{first_pending_step(run_dir) or 'none (finished)'}", file=sys.stderr)
+        print(run_dir)
         return 0
     print("usage: python -m harness.pipeline init", file=sys.stderr)
     return 2
