@@ -1,0 +1,100 @@
+"""SkyRL-Gym environment `harness_legality`: one turn, the answer's harness scored on the row's task.
+
+    from harness.env import HarnessLegalityEnv, register_env
+    env = HarnessLegalityEnv(extras=row_without_prompt_and_env_class)
+    out = env.step(model_text)     # out["reward"]: composite reward; out["metadata"]: its parts
+    env.get_metrics()              # balanced_accuracy, effective_recall, valid, gold, reward
+
+What the env gets: SkyRL's generator calls `skyrl_gym.make("harness_legality",
+env_config=..., extras=row)` where `row` is the dataset row minus `prompt` and
+`env_class`, so our own fields sit under `extras["extra_info"]` and the labeled examples
+under `extras["reward_spec"]["ground_truth"]` (a JSON string, see
+harness.dataset.ground_truth_json). Both nestings are unwrapped here; reading them flat
+is the classic cause of all-zero GRPO rewards, so a row without examples raises an error
+that names the row instead of scoring 0.
+
+The reward is harness.rewards' composite reward of the program extracted from the answer
+(harness.interface via rewards.score_text), run in harness.sandbox; this module only
+wires them up. The local TRL trainer calls the same `step` as its reward function.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+
+from harness.dataset import ENV_CLASS, examples_from_ground_truth
+from harness.rewards import DEFAULT_GOLD_THRESHOLD, DEFAULT_RECALL_WEIGHT, is_gold, score_text
+
+ENTRY_POINT = "harness.env:HarnessLegalityEnv"
+
+
+class EnvRowError(ValueError):
+    """A dataset row the env cannot score; the message names the row and the missing field."""
+
+
+def row_extra_info(extras: dict[str, Any]) -> dict[str, Any]:
+    """Our per-row fields: extras["extra_info"] (SkyRL nests the row's column there), or a flat row."""
+    info = extras.get("extra_info", extras)
+    if isinstance(info, (str, bytes)):
+        info = json.loads(info)
+    return dict(info or {})
+
+
+def row_examples(extras: dict[str, Any], row_id: str) -> list:
+    """The labeled examples of a row from reward_spec.ground_truth; EnvRowError if there are none."""
+    spec = extras.get("reward_spec")
+    if isinstance(spec, (str, bytes)):
+        spec = json.loads(spec)
+    truth = (spec or {}).get("ground_truth")
+    if not truth:
+        raise EnvRowError(f"row {row_id}: reward_spec.ground_truth is missing (got extras keys "
+                          f"{sorted(extras)}); the env would score every answer 0")
+    try:
+        examples = examples_from_ground_truth(truth)
+    except (ValueError, KeyError, TypeError) as err:
+        raise EnvRowError(f"row {row_id}: reward_spec.ground_truth is not the examples JSON ({err})") from None
+    if not examples:
+        raise EnvRowError(f"row {row_id}: reward_spec.ground_truth holds no labeled examples")
+    return examples
+
+
+class HarnessLegalityEnv(BaseTextEnv):
+    """Single-turn env: reward = composite reward of the answer's is_legal_action on the row's examples."""
+
+    def __init__(self, env_config: Any = None, extras: dict[str, Any] | None = None):
+        super().__init__()
+        extras = dict(extras or {})
+        self.info = row_extra_info(extras)
+        self.row_id = str(self.info.get("task_id") or extras.get("uid") or "<row without task_id>")
+        self.examples = row_examples(extras, self.row_id)
+        self.recall_weight = float(self.info.get("recall_weight", DEFAULT_RECALL_WEIGHT))
+        self.gold_threshold = float(self.info.get("gold_threshold", DEFAULT_GOLD_THRESHOLD))
+        self.timeout_s = float(self.info.get("timeout_s", 2.0))
+        self.max_turns = 1
+        self._metrics: dict[str, float] = {}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        self.turns += 1
+        code, score = score_text(action, self.examples, self.recall_weight, self.timeout_s)
+        gold = is_gold(score, self.gold_threshold)
+        self._metrics = {"reward": score.reward, "balanced_accuracy": score.balanced_accuracy,
+                         "effective_recall": score.effective_recall, "valid": float(score.valid),
+                         "gold": float(gold), "score_wall_s": score.wall_s}
+        metadata = {**self._metrics, "task_id": self.row_id, "reason": score.reason,
+                    "n_examples": score.n_examples, "n_wrong": score.n_wrong, "code_chars": len(code)}
+        return BaseTextEnvStepOutput(observations=[], reward=float(score.reward), done=True, metadata=metadata)
+
+    def get_metrics(self) -> dict[str, float]:
+        return dict(self._metrics)
+
+
+def register_env() -> None:
+    """Register `harness_legality` in skyrl_gym (idempotent). Call it inside the Ray task that trains."""
+    from skyrl_gym.envs import register
+    from skyrl_gym.envs.registration import registry
+
+    if ENV_CLASS not in registry:
+        register(id=ENV_CLASS, entry_point=ENTRY_POINT)
