@@ -1,0 +1,404 @@
+"""The one place that renders SkyRL 0.4.0 override lists (GRPO and SFT) and validates them offline.
+
+    from harness.skyrl_config import grpo_overrides, sft_overrides, validate_overrides
+    grpo = grpo_overrides(cfg, model="Qwen/Qwen2.5-Coder-1.5B-Instruct", export_path=run_dir / "grpo")
+    sft = sft_overrides(cfg, export_path=run_dir / "sft")
+    validate_overrides(grpo, sft)        # SkyRL's own config classes and start-up checks, on a CPU
+
+`plan_for(accelerator, model)` derives everything that depends on the node from the
+SkyPilot accelerator string (`A100:8`, `H100:8`, `L4:1`, ...): GPU count, vLLM engines and
+tensor parallelism, batch sizes that divide (train batch / mini batch / micro batch per GPU
+with colocated policy, ref and engines), memory settings, and the logger (`console` unless
+WANDB_API_KEY is set). The settings that avoid the known SkyRL/vLLM failures are marked
+`# pitfall:` below and explained in TRAINING_PITFALLS.md.
+
+Validation runs what SkyRL runs at start-up (`SkyRLTrainConfig.from_cli_overrides` +
+`validate_cfg`; `SFTConfig.from_cli_overrides` + `validate_sft_cfg` + the SFT trainer's
+batch check) plus the checks SkyRL only makes once the cluster is up: the parquet columns,
+dataset size vs `train_batch_size`, and the longest real prompt vs `max_prompt_length`
+(SkyRL silently drops longer prompts). Prompt lengths use the policy's own tokenizer when it
+is available locally (always on the GPU node); on a CPU machine without it they are
+estimated with the embedded SmolLM2 tokenizer times ESTIMATE_MARGIN, and said so.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness.dataset import ENV_CLASS, TrainingData, check_skyrl_parquet, prepare_training_data
+
+GPU_MEMORY_GB = {"A100": 40, "A100-80GB": 80, "H100": 80, "H100-MEGA": 80, "H200": 141, "B200": 180,
+                 "L4": 24, "L40S": 48, "A10G": 24, "A10": 24, "A6000": 48, "RTX6000-Ada": 48}
+# SkyRL trains in bf16 with FlashAttention-2 (trainer.flash_attn, remove_microbatch_padding): Ampere or newer.
+PRE_AMPERE = {"T4", "V100", "V100-32GB", "P100", "P4", "K80"}
+GPU_COUNTS = (1, 2, 4, 8, 16)
+GROUP_SIZE = 8  # GRPO samples per prompt on the GPU node
+MAX_GENERATE_LENGTH = 2048  # the oracle harness is ~1.3k Qwen tokens; the answer must fit
+ESTIMATE_MARGIN = 1.25  # SmolLM2 token counts x this when the policy's tokenizer is not local
+PROMPT_ROUND = 128
+SFT_LR = 1.0e-5
+GRPO_LR = 1.0e-6
+
+
+class SkyRLConfigError(ValueError):
+    """An override list or accelerator SkyRL cannot use; the message is one line naming it."""
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    name: str
+    count: int
+    memory_gb: int
+
+    def __str__(self) -> str:
+        return f"{self.name}:{self.count}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the node shape decides, derived once (see plan_for)."""
+
+    accelerator: Accelerator
+    tensor_parallel: int
+    num_engines: int
+    train_batch_size: int
+    mini_batch_size: int
+    micro_train: int
+    micro_forward: int
+    gpu_memory_utilization: float
+    cpu_offload: bool
+    enforce_eager: bool
+    logger: str
+
+
+def parse_accelerator(spec: str) -> Accelerator:
+    """'A100:8' -> Accelerator; SkyRLConfigError naming the string if SkyRL cannot use it."""
+    m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9_.-]*)(?::(\d+))?", (spec or "").strip())
+    if not m:
+        raise SkyRLConfigError(f"accelerator {spec!r}: expected <GPU>:<count> with a whole count, e.g. A100:8")
+    name, count = m.group(1), int(m.group(2) or 1)
+    known = {k.lower(): k for k in GPU_MEMORY_GB}
+    if name.upper() in PRE_AMPERE:
+        raise SkyRLConfigError(f"accelerator {spec!r}: {name} is pre-Ampere (no bf16/FlashAttention-2), "
+                               "SkyRL's FSDP trainer cannot use it; use A100, H100, L4 or newer")
+    if name.lower() not in known:
+        raise SkyRLConfigError(f"accelerator {spec!r}: unknown GPU {name} (known: {', '.join(sorted(GPU_MEMORY_GB))})")
+    if count not in GPU_COUNTS:
+        raise SkyRLConfigError(f"accelerator {spec!r}: {count} GPUs; one node with "
+                               f"{'/'.join(map(str, GPU_COUNTS))} GPUs is supported")
+    name = known[name.lower()]
+    return Accelerator(name, count, GPU_MEMORY_GB[name])
+
+
+def model_billions(model: str) -> float:
+    """Parameter count in billions read from the model name ('...-1.5B-...' -> 1.5); 1.5 if unknown."""
+    m = re.search(r"(\d+(?:\.\d+)?)\s*[Bb](?![a-zA-Z])", Path(str(model)).name)
+    if m:
+        return float(m.group(1))
+    m = re.search(r"(\d+)\s*[Mm](?![a-zA-Z])", Path(str(model)).name)
+    return float(m.group(1)) / 1000 if m else 1.5
+
+
+def _largest_divisor_at_most(n: int, cap: int) -> int:
+    return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
+
+
+def plan_for(accelerator: str, model: str, n_train: int) -> Plan:
+    """Node-dependent settings for `model` on `accelerator` with `n_train` prompt rows."""
+    acc = parse_accelerator(accelerator)
+    billions = model_billions(model)
+    tp = 1  # bf16 weights must leave room for the KV cache next to the (offloaded) trainer
+    while 2 * billions > 0.3 * acc.memory_gb * tp:
+        tp *= 2
+    if tp > acc.count:
+        raise SkyRLConfigError(f"accelerator {acc}: {model} (~{billions:g}B) needs tensor parallel {tp} "
+                               f"> {acc.count} GPUs")
+    # pitfall (colocated OOM): 16 bytes/param of fp32 weights+grads+Adam, sharded over the GPUs,
+    # must fit beside the sleeping vLLM engine; otherwise FSDP offloads them to CPU.
+    cpu_offload = 16 * billions / acc.count > 0.5 * acc.memory_gb
+    train_batch = min(8 * acc.count, 2 ** int(math.log2(max(1, n_train))))
+    mini = max(1, train_batch // 2)
+    mini_per_gpu = mini * GROUP_SIZE // acc.count
+    micro = _largest_divisor_at_most(max(1, mini_per_gpu), 4 if acc.memory_gb >= 40 and not cpu_offload else 2)
+    return Plan(accelerator=acc, tensor_parallel=tp, num_engines=acc.count // tp, train_batch_size=train_batch,
+                mini_batch_size=mini, micro_train=micro, micro_forward=2 * micro,
+                gpu_memory_utilization=0.6 if acc.memory_gb >= 40 else 0.5, cpu_offload=cpu_offload,
+                enforce_eager=acc.memory_gb < 40, logger="wandb" if os.environ.get("WANDB_API_KEY") else "console")
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _round_up(n: int, step: int = PROMPT_ROUND) -> int:
+    return max(step, -(-n // step) * step)
+
+
+def sft_target_for(backend: str) -> str:
+    """SFT answer: the full oracle on the GPU node (2k-token answers), the compact program on CPU."""
+    return "oracle" if backend == "skyrl" else "compact"
+
+
+# ---- prompt lengths -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Lengths:
+    prompt_max: int  # longest train/eval prompt, chat template with generation prompt
+    conversation_max: int  # longest SFT row (prompt + answer)
+    exact: bool  # counted with the policy's own tokenizer
+    tokenizer: str
+
+
+def _load_tokenizer(model: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(model, local_files_only=True), True, model
+    except Exception:  # not in the local cache: estimate with the embedded model's tokenizer
+        from harness.train_local import resolve_model
+
+        path = resolve_model("smollm2-135m")
+        return AutoTokenizer.from_pretrained(path), False, "smollm2-135m"
+
+
+def measure_lengths(model: str, data: TrainingData) -> Lengths:
+    """Token lengths of the real rows, as SkyRL's PromptDataset and SFT tokenizer will count them."""
+    import pyarrow.parquet as pq
+    import json
+
+    tok, exact, name = _load_tokenizer(model)
+    prompts = [p for path in (data.train_parquet, data.eval_parquet)
+               for p in pq.read_table(path, columns=["prompt"]).column("prompt").to_pylist()]
+    longest_prompt = max(len(tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False)) for p in prompts)
+    rows = [json.loads(line) for line in (data.sft_dir / "train.jsonl").read_text().splitlines() if line]
+    longest_row = max(len(tok.apply_chat_template(r["messages"], tokenize=True, return_dict=False)) for r in rows)
+    scale = 1.0 if exact else ESTIMATE_MARGIN
+    return Lengths(math.ceil(longest_prompt * scale), math.ceil(longest_row * scale), exact, name)
+
+
+# ---- rendering ------------------------------------------------------------------------------
+
+def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, export_path: str | Path,
+                epochs: int, run_name: str = "w8-biayn-r3") -> list[str]:
+    """The override list of `python -m harness.skyrl_main` (one setting a line, grouped)."""
+    export = Path(export_path)
+    steps_per_epoch = max(1, data.n_train // plan.train_batch_size)
+    gpus = plan.accelerator.count
+    return [
+        # data: SkyRL parquet rows (harness.dataset.skyrl_row), prompts = node 0's prompt
+        f"data.train_data=['{data.train_parquet}']",
+        f"data.val_data=['{data.eval_parquet}']",
+        f"environment.env_class={ENV_CLASS}",
+        # model and placement: everything colocated on one node
+        f"trainer.policy.model.path={model}",
+        "trainer.strategy=fsdp",
+        "trainer.placement.colocate_all=true",
+        "trainer.placement.policy_num_nodes=1",
+        f"trainer.placement.policy_num_gpus_per_node={gpus}",
+        "trainer.placement.ref_num_nodes=1",
+        f"trainer.placement.ref_num_gpus_per_node={gpus}",
+        # pitfall (colocated_all): policy GPUs must equal engines x TP
+        f"generator.inference_engine.num_engines={plan.num_engines}",
+        f"generator.inference_engine.tensor_parallel_size={plan.tensor_parallel}",
+        "generator.inference_engine.backend=vllm",
+        "generator.inference_engine.weight_sync_backend=nccl",
+        # pitfall (colocated OOM): vLLM's share of the GPU, eager mode on small GPUs, FSDP offload
+        f"generator.inference_engine.gpu_memory_utilization={plan.gpu_memory_utilization}",
+        f"generator.inference_engine.enforce_eager={_bool(plan.enforce_eager)}",
+        f"trainer.policy.fsdp_config.cpu_offload={_bool(plan.cpu_offload)}",
+        f"trainer.ref.fsdp_config.cpu_offload={_bool(plan.cpu_offload)}",
+        # pitfall (CUDA-IPC weight sync): expandable segments on the trainer only, never on the engines
+        "trainer.use_expandable_segments=true",
+        "generator.inference_engine.use_expandable_segments=false",
+        # GRPO
+        "trainer.algorithm.advantage_estimator=grpo",
+        "trainer.algorithm.use_kl_loss=true",
+        "trainer.algorithm.kl_loss_coef=0.001",
+        f"trainer.policy.optimizer_config.lr={GRPO_LR}",
+        f"generator.n_samples_per_prompt={GROUP_SIZE}",
+        f"generator.sampling_params.max_generate_length={MAX_GENERATE_LENGTH}",
+        "generator.sampling_params.temperature=1.0",
+        f"trainer.epochs={epochs}",
+        # pitfall (batch sizes): train % mini == 0, per-GPU mini % micro == 0
+        f"trainer.train_batch_size={plan.train_batch_size}",
+        f"trainer.policy_mini_batch_size={plan.mini_batch_size}",
+        f"trainer.micro_train_batch_size_per_gpu={plan.micro_train}",
+        f"trainer.micro_forward_batch_size_per_gpu={plan.micro_forward}",
+        # pitfall (silently dropped prompts): max_prompt_length covers the longest real prompt
+        f"trainer.max_prompt_length={_round_up(lengths.prompt_max)}",
+        f"trainer.eval_batch_size={max(1, data.n_eval)}",
+        "trainer.eval_before_train=true",
+        "trainer.eval_interval=5",
+        # pitfall (no config.json): HF export only with hf_save_interval > 0 -> export_path/global_step_N/policy
+        f"trainer.export_path={export}",
+        f"trainer.hf_save_interval={steps_per_epoch}",
+        f"trainer.ckpt_path={export / 'ckpt'}",
+        "trainer.ckpt_interval=10",
+        "trainer.resume_mode=latest",
+        f"trainer.log_path={export / 'logs'}",
+        # pitfall (wandb without a key): console logger unless WANDB_API_KEY is set
+        f"trainer.logger={plan.logger}",
+        "trainer.project_name=w8-biayn",
+        f"trainer.run_name={run_name}",
+    ]
+
+
+def render_sft(model: str, plan: Plan, data: TrainingData, lengths: Lengths, export_path: str | Path,
+               steps: int, run_name: str = "w8-biayn-r3-sft") -> list[str]:
+    """The override list of `python -m skyrl.train.main_sft`."""
+    export = Path(export_path)
+    gpus = plan.accelerator.count
+    micro = 1 if plan.cpu_offload else 2
+    return [
+        "strategy=fsdp",
+        f"model.path={model}",
+        f"train_datasets=['{data.sft_dir}']",  # holds train.jsonl (chat `messages`)
+        "train_dataset_splits=[train]",
+        "messages_key=messages",
+        "placement.num_nodes=1",
+        f"placement.num_gpus_per_node={gpus}",
+        f"batch_size={gpus * micro * 2}",  # divisible by the DP size and the micro batch
+        f"micro_train_batch_size_per_gpu={micro}",
+        f"num_steps={steps}",
+        f"max_length={_round_up(lengths.conversation_max, 256)}",
+        f"optimizer_config.lr={SFT_LR}",
+        f"fsdp_config.cpu_offload={_bool(plan.cpu_offload)}",
+        "num_workers=0",
+        f"export_path={export}",
+        f"hf_save_interval={steps}",  # pitfall (no config.json): export at the last step
+        f"ckpt_path={export / 'ckpt'}",
+        f"logger={plan.logger}",
+        "project_name=w8-biayn",
+        f"run_name={run_name}",
+    ]
+
+
+def training_data_for(cfg: Any, data_dir: str | Path | None = None) -> TrainingData:
+    return prepare_training_data(cfg.train_count, cfg.train_examples_per_obs, data_dir,
+                                 sft_target=sft_target_for(cfg.backend), recall_weight=cfg.reward_recall_weight,
+                                 gold_threshold=cfg.harness_gold_threshold, timeout_s=cfg.sandbox_timeout_s)
+
+
+def grpo_overrides(cfg: Any, model: str, export_path: str | Path, data_dir: str | Path | None = None,
+                   accelerator: str | None = None) -> list[str]:
+    """Prepare the rows (if needed) and render the GRPO overrides for cfg's knobs and accelerator."""
+    data = training_data_for(cfg, data_dir)
+    plan = plan_for(accelerator or cfg.accelerators, model, data.n_train)
+    return render_grpo(model, plan, data, measure_lengths(model, data), export_path, cfg.grpo_epochs,
+                       run_name=cfg.run_id or "w8-biayn-r3")
+
+
+def sft_overrides(cfg: Any, export_path: str | Path, model: str | None = None, data_dir: str | Path | None = None,
+                  accelerator: str | None = None) -> list[str]:
+    """Prepare the rows (if needed) and render the SFT overrides (steps = W8_HARNESS_SFT_STEPS)."""
+    model = model or cfg.harness_model
+    data = training_data_for(cfg, data_dir)
+    plan = plan_for(accelerator or cfg.accelerators, model, data.n_train)
+    return render_sft(model, plan, data, measure_lengths(model, data), export_path, max(1, cfg.harness_sft_steps),
+                      run_name=(cfg.run_id or "w8-biayn-r3") + "-sft")
+
+
+# ---- offline validation ---------------------------------------------------------------------
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return re.sub(r" Valid fields are \{.*", "", text)[:400]
+
+
+def _value(overrides: Sequence[str], key: str) -> str | None:
+    for item in overrides:
+        k, _, v = item.partition("=")
+        if k == key:
+            return v
+    return None
+
+
+def _list_value(overrides: Sequence[str], key: str) -> list[str]:
+    raw = _value(overrides, key) or "[]"
+    return [p.strip().strip("'\"") for p in raw.strip("[]").split(",") if p.strip()]
+
+
+def validate_grpo(overrides: Sequence[str], lengths: Lengths | None = None) -> Any:
+    """SkyRLTrainConfig.from_cli_overrides + validate_cfg + the dataset checks; returns the config."""
+    from skyrl.train.config import SkyRLTrainConfig
+    from skyrl.train.utils.utils import validate_cfg
+
+    try:
+        cfg = SkyRLTrainConfig.from_cli_overrides(list(overrides))
+        validate_cfg(cfg)
+    except Exception as err:  # SkyRL raises ValueError/AssertionError with its own message
+        raise SkyRLConfigError(f"SkyRL rejects the GRPO overrides: {_one_line(err)}") from None
+    if cfg.environment.env_class != ENV_CLASS:
+        raise SkyRLConfigError(f"environment.env_class={cfg.environment.env_class}, expected {ENV_CLASS}")
+    if cfg.trainer.hf_save_interval <= 0:
+        raise SkyRLConfigError("trainer.hf_save_interval <= 0: no global_step_N/policy export would be written")
+    _check_model_path(cfg.trainer.policy.model.path)
+    n_train = sum(check_skyrl_parquet(p) for p in cfg.data.train_data)
+    for path in cfg.data.val_data:
+        check_skyrl_parquet(path)
+    if n_train < cfg.trainer.train_batch_size:
+        raise SkyRLConfigError(f"train dataset {', '.join(cfg.data.train_data)} has {n_train} rows < "
+                               f"trainer.train_batch_size={cfg.trainer.train_batch_size}")
+    if lengths is not None and lengths.prompt_max > cfg.trainer.max_prompt_length:
+        raise SkyRLConfigError(f"longest prompt is {lengths.prompt_max} tokens ({lengths.tokenizer}) > "
+                               f"trainer.max_prompt_length={cfg.trainer.max_prompt_length}: SkyRL would drop it")
+    return cfg
+
+
+def validate_sft(overrides: Sequence[str], lengths: Lengths | None = None) -> Any:
+    """SFTConfig.from_cli_overrides + validate_sft_cfg + the SFT trainer's batch check + the data."""
+    from types import SimpleNamespace
+
+    from skyrl.train.config.sft_config import SFTConfig, build_skyrl_config_for_sft, validate_sft_cfg
+    from skyrl.train.sft_trainer import SFTTrainer
+
+    try:
+        cfg = SFTConfig.from_cli_overrides(list(overrides))
+        validate_sft_cfg(cfg)
+        build_skyrl_config_for_sft(cfg)
+        probe = SimpleNamespace(sft_cfg=cfg)
+        probe._dp_size = lambda: SFTTrainer._dp_size(probe)
+        SFTTrainer._validate_batch_parallelism(probe)  # what SFTTrainer.setup() checks on the node
+    except Exception as err:
+        raise SkyRLConfigError(f"SkyRL rejects the SFT overrides: {_one_line(err)}") from None
+    if cfg.hf_save_interval <= 0:
+        raise SkyRLConfigError("hf_save_interval <= 0: SFT would write no global_step_N/policy export")
+    _check_model_path(cfg.model.path)
+    for source in cfg.train_datasets:
+        rows = Path(source) / "train.jsonl"
+        if Path(source).exists() and not rows.is_file():
+            raise SkyRLConfigError(f"SFT dataset {source} has no train.jsonl (split train)")
+    if lengths is not None and cfg.max_length is not None and lengths.conversation_max > cfg.max_length:
+        raise SkyRLConfigError(f"longest SFT row is {lengths.conversation_max} tokens > max_length={cfg.max_length}")
+    return cfg
+
+
+def _check_model_path(path: str | None) -> None:
+    if path and (path.startswith(("/", ".", "~")) or Path(path).exists()):
+        from harness.train_local import ModelError, check_model_dir
+
+        try:
+            check_model_dir(Path(path).expanduser())
+        except ModelError as err:
+            raise SkyRLConfigError(str(err)) from None
+
+
+def validate_overrides(grpo: Sequence[str], sft: Sequence[str] | None = None, lengths: Lengths | None = None) -> dict:
+    """Both lists through SkyRL's config classes and start-up checks; a short summary of the result."""
+    cfg = validate_grpo(grpo, lengths)
+    summary = {"gpus": cfg.trainer.placement.policy_num_gpus_per_node,
+               "engines": cfg.generator.inference_engine.num_engines,
+               "tp": cfg.generator.inference_engine.tensor_parallel_size,
+               "train_batch_size": cfg.trainer.train_batch_size, "mini_batch": cfg.trainer.policy_mini_batch_size,
+               "micro": cfg.trainer.micro_train_batch_size_per_gpu, "max_prompt_length": cfg.trainer.max_prompt_length,
+               "logger": cfg.trainer.logger}
+    if sft is not None:
+        s = validate_sft(sft, lengths)
+        summary.update(sft_batch=s.batch_size, sft_steps=s.num_steps, sft_max_length=s.max_length)
+    return summary
