@@ -34,7 +34,8 @@ def train_local(cfg, out_dir: Path) -> None:
 def train_skyrl(cfg, out_dir: Path) -> None:
     from harness.skyrl_config import sft_overrides
 
-    run_skyrl("skyrl.train.main_sft", sft_overrides(cfg, export_path=out_dir), out_dir / "skyrl_sft.log")
+    overrides = sft_overrides(cfg, export_path=out_dir, data_dir=out_dir.parent / "data")
+    run_skyrl("skyrl.train.main_sft", overrides, out_dir / "skyrl_sft.log")
 
 
 def body(cfg, run_dir: Path, args) -> StepResult:

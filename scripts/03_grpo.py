@@ -39,7 +39,8 @@ def train_local(cfg, model: str, out_dir: Path) -> None:
 def train_skyrl(cfg, model: str, out_dir: Path) -> None:
     from harness.skyrl_config import grpo_overrides
 
-    run_skyrl("harness.skyrl_main", grpo_overrides(cfg, model=model, export_path=out_dir), out_dir / "skyrl_grpo.log")
+    overrides = grpo_overrides(cfg, model=model, export_path=out_dir, data_dir=out_dir.parent / "data")
+    run_skyrl("harness.skyrl_main", overrides, out_dir / "skyrl_grpo.log")
 
 
 def body(cfg, run_dir: Path, args) -> StepResult:

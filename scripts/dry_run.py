@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -35,16 +36,29 @@ class Checks:
     def __init__(self) -> None:
         self.results: list[bool] = []
 
-    def run(self, name: str, fn, *args) -> object:
+    def run(self, name: str, fn, *args) -> None:
+        self.report(name, *self.timed(fn, *args))
+
+    def run_together(self, checks: list[tuple]) -> None:
+        """Checks that mostly wait on their own subprocess run side by side; reported in order."""
+        with ThreadPoolExecutor(max_workers=len(checks)) as pool:
+            futures = [(name, pool.submit(self.timed, fn, *args)) for name, fn, *args in checks]
+            for name, future in futures:
+                self.report(name, *future.result())
+
+    @staticmethod
+    def timed(fn, *args) -> tuple[bool, str, float]:
         start = time.monotonic()
         try:
-            detail = fn(*args)
-            ok = True
+            return True, fn(*args), time.monotonic() - start
+        except CheckError as err:
+            return False, str(err), time.monotonic() - start
         except Exception as err:  # each check reports its own failure in one line
-            detail, ok = f"{type(err).__name__}: {err}" if not isinstance(err, CheckError) else str(err), False
+            return False, f"{type(err).__name__}: {err}", time.monotonic() - start
+
+    def report(self, name: str, ok: bool, detail: str, wall_s: float) -> None:
         self.results.append(ok)
-        print(f"{'ok  ' if ok else 'FAIL'} {name:<14} {detail}  ({time.monotonic() - start:.1f}s)", flush=True)
-        return detail if ok else None
+        print(f"{'ok  ' if ok else 'FAIL'} {name:<14} {detail}  ({wall_s:.1f}s)", flush=True)
 
 
 class CheckError(RuntimeError):
@@ -79,7 +93,9 @@ def check_skyrl(cfg: Config) -> str:
     script = REPO_ROOT / "scripts" / "validate_skyrl.py"
     if not script.is_file():
         raise CheckError("scripts/validate_skyrl.py is missing (SkyRL override validation)")
-    proc = subprocess.run([sys.executable, str(script)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    # rows go under .w8-biayn (ignored), not the trainer's default ~/data
+    proc = subprocess.run([sys.executable, str(script), "--data-dir", str(REPO_ROOT / ".w8-biayn" / "dry-run-data")],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     out = (proc.stdout.strip().splitlines() or [""])[-1]
     if proc.returncode != 0:
         raise CheckError((proc.stderr.strip().splitlines() or [out or "failed"])[-1])
@@ -136,8 +152,7 @@ def main() -> int:
         return 1
     print(f"ok   {'knobs':<14} {len(KNOBS)} knobs in range (backend {cfg.backend}, model {cfg.harness_model})")
     checks.results.append(True)
-    checks.run("sky/r3.yaml", check_yaml, cfg)
-    checks.run("skyrl config", check_skyrl, cfg)
+    checks.run_together([("sky/r3.yaml", check_yaml, cfg), ("skyrl config", check_skyrl, cfg)])
     checks.run("datasets", check_datasets, cfg)
     checks.run("run_r3.sh", check_bash)
     checks.run("compileall", check_compile)
