@@ -243,14 +243,17 @@ def is_legal_action(state, action):
 
 
 def sft_target_source(target: str = "compact") -> str:
-    """Program text of the SFT answer: 'oracle' (harness/oracle.py) or 'compact' (COMPACT_HARNESS)."""
+    """Program text of the SFT answer: 'oracle' (harness/oracle.py), 'compact' (COMPACT_HARNESS),
+    or a program given as text (tests train tiny models on tiny programs)."""
+    if "def is_legal_action" in target:
+        return target
     if target == "oracle":
         from harness.oracle import oracle_source
 
         return oracle_source()
     if target == "compact":
         return COMPACT_HARNESS
-    raise DatasetError(f"unknown SFT target {target!r}: expected oracle | compact")
+    raise DatasetError(f"unknown SFT target {target!r}: expected oracle | compact | program text")
 
 
 def ground_truth_json(task: Task) -> str:
@@ -361,7 +364,7 @@ def prepare_training_data(train_count: int, examples_per_obs: int, data_dir: str
     train = train_tasks(train_count, examples_per_obs)
     evals = eval_tasks(examples_per_obs)
     first = skyrl_row(train[0], recall_weight, gold_threshold, timeout_s)
-    key = hashlib.sha256(json.dumps([train_count, examples_per_obs, sft_target, recall_weight, gold_threshold,
+    key = hashlib.sha256(json.dumps([train_count, examples_per_obs, sft_target_source(sft_target), recall_weight, gold_threshold,
                                      timeout_s, [t.examples_hash for t in train + evals], first["prompt"]],
                                     sort_keys=True).encode()).hexdigest()[:16]
     out = TrainingData(root / "train.parquet", root / "validation.parquet", root / "sft", len(train), len(evals))
@@ -373,5 +376,5 @@ def prepare_training_data(train_count: int, examples_per_obs: int, data_dir: str
     write_parquet_rows([skyrl_row(t, recall_weight, gold_threshold, timeout_s) for t in evals], out.eval_parquet)
     write_jsonl_rows([sft_row(t, sft_target) for t in train], out.sft_dir / "train.jsonl")
     stamp.write_text(json.dumps({"key": key, "train_count": train_count, "examples_per_obs": examples_per_obs,
-                                 "sft_target": sft_target}) + "\n")
+                                 "sft_target": sft_target[:40]}) + "\n")
     return out
