@@ -149,3 +149,293 @@ def _cached_hub_model(repo_id: str) -> str:
         raise ModelError(f"model {repo_id!r} is not in the local HF cache and nothing is downloaded here: "
                          "use W8_HARNESS_MODEL=smollm2-135m or a local HF directory")
     return repo_id
+
+
+# ---- exports and metrics ---------------------------------------------------------------
+
+@dataclass
+class TrainResult:
+    """What a training call produced: the newest export, its step, the metrics file."""
+
+    policy_dir: Path
+    step: int
+    metrics_path: Path
+    skipped: bool = False  # the requested steps were already exported by an earlier run
+
+
+def latest_export(out_dir: Path) -> tuple[int, Path] | None:
+    """(N, path) of the newest complete `global_step_N/policy` (with config.json) under out_dir."""
+    best = None
+    for policy in Path(out_dir).glob("global_step_*/policy"):
+        m = EXPORT_RE.match(policy.parent.name)
+        if m and (policy / "config.json").is_file() and (best is None or int(m.group(1)) > best[0]):
+            best = (int(m.group(1)), policy)
+    return best
+
+
+def export_policy(model, tokenizer, out_dir: Path, step: int) -> Path:
+    """Save an HF export to out_dir/global_step_N/policy via a temp dir and a rename."""
+    final = Path(out_dir) / f"global_step_{step}" / "policy"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="policy.tmp-", dir=final.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        tmp.chmod(0o755)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _mean_std(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    mean = sum(values) / len(values)
+    return mean, (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+
+
+def write_metrics(out_dir: Path, kind: str, steps: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
+    """metrics.json (one record per step + the run's settings) and metrics.png next to it."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "metrics.json"
+    tmp = path.with_name("metrics.json.tmp")
+    tmp.write_text(json.dumps({"kind": kind, **meta, "steps": steps}, indent=1) + "\n")
+    os.replace(tmp, path)
+    plot_metrics(steps, out_dir / "metrics.png", kind)
+    return path
+
+
+def plot_metrics(steps: list[dict[str, Any]], png: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in ("reward_mean", "balanced_accuracy", "valid_rate", "loss", "kl")
+            if any(s.get(k) is not None for s in steps)]
+    fig, axes = plt.subplots(1, max(1, len(keys)), figsize=(3.2 * max(1, len(keys)), 2.8), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        pts = [(s["step"], s[key]) for s in steps if s.get(key) is not None]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3)
+        if key == "reward_mean":
+            stds = [s.get("reward_std") or 0.0 for s in steps if s.get(key) is not None]
+            ax.fill_between([p[0] for p in pts], [p[1] - d for p, d in zip(pts, stds)],
+                            [p[1] + d for p, d in zip(pts, stds)], alpha=0.2)
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    tmp = png.with_name(png.stem + ".tmp.png")
+    fig.savefig(tmp, dpi=90)
+    plt.close(fig)
+    os.replace(tmp, png)
+
+
+def summarize_skyrl_metrics(jsonl: Path, out_dir: Path) -> Path | None:
+    """metrics.json/png from the metrics dicts SkyRL logged (harness.skyrl_main), per training step."""
+    if not Path(jsonl).is_file():
+        return None
+    rows = [json.loads(line) for line in Path(jsonl).read_text().splitlines() if line.strip()]
+
+    def pick(row, *suffixes):
+        for key, value in row.items():
+            if any(key == s or key.endswith("/" + s) for s in suffixes):
+                return value
+        return None
+
+    steps = [{"step": r["step"], "reward_mean": pick(r, "avg_raw_reward"), "reward_std": None,
+              "valid_rate": pick(r, "valid"), "balanced_accuracy": pick(r, "balanced_accuracy"),
+              "kl": pick(r, "avg_kl", "policy_kl"), "step_time_s": pick(r, "step")}
+             for r in rows if pick(r, "avg_raw_reward") is not None]
+    return write_metrics(out_dir, "grpo", steps, {"backend": "skyrl", "source": str(jsonl)})
+
+
+# ---- SFT ---------------------------------------------------------------------------------
+
+# Local defaults, chosen for a 2-core CPU: a few thousand tokens per step, a learning rate
+# that moves a 135M model within a handful of steps (full fine-tune, AdamW, constant LR).
+SFT_LR = 1e-4
+SFT_BATCH = 1
+GRPO_LR = 2e-6
+GRPO_GROUP = 4
+GRPO_MAX_COMPLETION = 384  # the compact SFT target is ~340 tokens plus the code fence
+GRPO_MAX_STEPS = 6  # cap on local GRPO steps (one prompt x GRPO_GROUP completions a step)
+GRPO_BETA = 0.02  # KL to the starting policy: keeps the SFT'd program from drifting apart
+GRPO_TEMPERATURE = 1.0
+
+
+def _load(model_path: str):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    return model, tokenizer
+
+
+def _start(model_path: str, out_dir: Path, steps: int) -> tuple[str, int, TrainResult | None]:
+    """Resume point: (model to start from, steps already done, result if nothing is left to do)."""
+    done = latest_export(out_dir)
+    if done and done[0] >= steps:
+        return str(done[1]), done[0], TrainResult(done[1], done[0], Path(out_dir) / "metrics.json", skipped=True)
+    if done:
+        return str(done[1]), done[0], None
+    return model_path, 0, None
+
+
+def _prior_steps(out_dir: Path) -> list[dict[str, Any]]:
+    path = Path(out_dir) / "metrics.json"
+    return json.loads(path.read_text()).get("steps", []) if path.is_file() else []
+
+
+def train_sft(model_path: str, out_dir: str | Path, steps: int = 8, train_count: int = 32,
+              examples_per_obs: int = 24, lr: float = SFT_LR, batch_size: int = SFT_BATCH,
+              target: str = "compact", data_dir: str | Path | None = None, seed: int = 0) -> TrainResult:
+    """TRL SFTTrainer on the oracle-answer rows (loss on the answer only) -> global_step_<steps>/policy.
+
+    Resumable: an export with N >= steps means done; a smaller N restarts from that export's
+    weights for the remaining steps (the optimizer state is not kept between runs).
+    """
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    from harness.dataset import prepare_training_data
+
+    out_dir = Path(out_dir)
+    check_model_dir(Path(model_path)) if Path(model_path).exists() else None
+    start_path, done, finished = _start(model_path, out_dir, steps)
+    if finished:
+        return finished
+    data = prepare_training_data(train_count, examples_per_obs, data_dir, sft_target=target)
+    rows = [json.loads(line) for line in (data.sft_dir / "train.jsonl").read_text().splitlines() if line]
+    dataset = Dataset.from_list([{"prompt": r["messages"][:-1], "completion": r["messages"][-1:]} for r in rows])
+    model, tokenizer = _load(start_path)
+    log: list[dict[str, Any]] = _prior_steps(out_dir) if done else []
+    clock = {"t": time.monotonic()}
+
+    class StepLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                now = time.monotonic()
+                log.append({"step": done + state.global_step, "loss": float(logs["loss"]),
+                            "step_time_s": round(now - clock["t"], 2)})
+                clock["t"] = now
+
+    with tempfile.TemporaryDirectory(prefix="w8-sft-") as scratch:
+        args = SFTConfig(output_dir=scratch, max_steps=steps - done, per_device_train_batch_size=batch_size,
+                         learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+                         logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
+                         max_length=None, completion_only_loss=True, dataloader_num_workers=0,
+                         disable_tqdm=True)
+        trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                             callbacks=[StepLog()])
+        trainer.train()
+    policy = export_policy(trainer.model, tokenizer, out_dir, steps)
+    metrics = write_metrics(out_dir, "sft", log, {"model": model_path, "steps": steps, "lr": lr,
+                                                   "batch_size": batch_size, "target": target,
+                                                   "train_rows": len(rows)})
+    return TrainResult(policy, steps, metrics)
+
+
+# ---- GRPO --------------------------------------------------------------------------------
+
+class EnvReward:
+    """TRL reward function: HarnessLegalityEnv.step on each completion (the SkyRL env's code path).
+
+    TRL passes the dataset's other columns as lists; each row's `reward_spec` and `extra_info`
+    become the env's `extras`, nested exactly as SkyRL nests them.
+    """
+
+    __name__ = "harness_legality"
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.calls = 0
+
+    def __call__(self, prompts, completions, reward_spec, extra_info, log_metric=None, **kwargs):
+        from harness.env import HarnessLegalityEnv
+
+        start = time.monotonic()
+        rewards, valid, bacc = [], [], []
+        for completion, spec, info in zip(completions, reward_spec, extra_info):
+            text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
+            env = HarnessLegalityEnv(extras={"reward_spec": spec, "extra_info": info})
+            out = env.step(text)
+            rewards.append(float(out["reward"]))
+            valid.append(out["metadata"]["valid"])
+            bacc.append(out["metadata"]["balanced_accuracy"])
+        self.seconds += time.monotonic() - start
+        self.calls += len(rewards)
+        if log_metric is not None:
+            log_metric("valid_rate", sum(valid) / len(valid))
+            log_metric("balanced_accuracy", sum(bacc) / len(bacc))
+            log_metric("reward_seconds", time.monotonic() - start)
+        return rewards
+
+
+def train_grpo(model_path: str, out_dir: str | Path, train_count: int = 32, examples_per_obs: int = 24,
+               epochs: int = 1, max_steps: int | None = GRPO_MAX_STEPS, group_size: int = GRPO_GROUP,
+               max_completion_length: int = GRPO_MAX_COMPLETION, lr: float = GRPO_LR, beta: float = GRPO_BETA,
+               temperature: float = GRPO_TEMPERATURE, data_dir: str | Path | None = None,
+               target: str = "compact", seed: int = 0) -> TrainResult:
+    """TRL GRPOTrainer on CPU, reward = HarnessLegalityEnv.step -> global_step_N/policy + metrics.
+
+    One prompt (train task) and `group_size` sampled completions per step; steps =
+    epochs x train_count, capped at max_steps (None: no cap). Resumable like train_sft.
+    """
+    from datasets import load_dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from harness.dataset import check_skyrl_parquet, prepare_training_data
+
+    out_dir = Path(out_dir)
+    steps = epochs * train_count if max_steps is None else min(max_steps, epochs * train_count)
+    start_path, done, finished = _start(model_path, out_dir, steps)
+    if finished:
+        return finished
+    data = prepare_training_data(train_count, examples_per_obs, data_dir, sft_target=target)
+    check_skyrl_parquet(data.train_parquet)
+    dataset = load_dataset("parquet", data_files=str(data.train_parquet), split="train")
+    model, tokenizer = _load(start_path)
+    reward = EnvReward()
+    log: list[dict[str, Any]] = _prior_steps(out_dir) if done else []
+    clock = {"t": time.monotonic(), "reward_s": 0.0}
+
+    class StepLog(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "reward" not in logs:
+                return
+            now = time.monotonic()
+            scoring = reward.seconds - clock["reward_s"]
+            log.append({"step": done + state.global_step, "reward_mean": logs.get("reward"),
+                        "reward_std": logs.get("reward_std"), "valid_rate": logs.get("valid_rate"),
+                        "balanced_accuracy": logs.get("balanced_accuracy"), "kl": logs.get("kl"),
+                        "loss": logs.get("loss"), "completion_length": logs.get("completions/mean_length"),
+                        "step_time_s": round(now - clock["t"], 2), "reward_time_s": round(scoring, 3)})
+            clock.update(t=now, reward_s=reward.seconds)
+
+    with tempfile.TemporaryDirectory(prefix="w8-grpo-") as scratch:
+        args = GRPOConfig(output_dir=scratch, max_steps=steps - done, per_device_train_batch_size=group_size,
+                          num_generations=group_size, max_completion_length=max_completion_length,
+                          learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
+                          beta=beta, temperature=temperature, logging_steps=1, save_strategy="no",
+                          report_to=[], use_cpu=True, seed=seed, shuffle_dataset=True,
+                          dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False)
+        trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
+                              processing_class=tokenizer, callbacks=[StepLog()])
+        trainer.train()
+    policy = export_policy(trainer.model, tokenizer, out_dir, steps)
+    meta = {"model": model_path, "steps": steps, "group_size": group_size, "lr": lr, "beta": beta,
+            "temperature": temperature, "max_completion_length": max_completion_length,
+            "train_rows": data.n_train, "reward_calls": reward.calls,
+            "reward_seconds": round(reward.seconds, 2)}
+    return TrainResult(policy, steps, write_metrics(out_dir, "grpo", log, meta))
