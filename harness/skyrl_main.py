@@ -22,6 +22,9 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# pitfall (placement-group stalls): SkyRL reads this at import; the first start of a node
+# (vLLM compile, worker package set-up) can take longer than its 180 s default.
+os.environ.setdefault("SKYRL_RAY_PG_TIMEOUT_IN_S", "600")
 
 
 def _jsonl_tracking(base, path: Path):
