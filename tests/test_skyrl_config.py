@@ -1,0 +1,92 @@
+"""Rendered SkyRL overrides validated by SkyRL's own config classes (GRPO and SFT), offline on a CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.dataset import prepare_training_data
+from harness.skyrl_config import (GROUP_SIZE, Lengths, SkyRLConfigError, parse_accelerator, plan_for, render_grpo,
+                                  render_sft, validate_grpo, validate_overrides, validate_sft)
+
+MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+LENGTHS = Lengths(prompt_max=1000, conversation_max=2600, exact=False, tokenizer="test")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return prepare_training_data(64, 8, tmp_path_factory.mktemp("rows"), sft_target="oracle")
+
+
+def render(data, accelerator, lengths=LENGTHS, n_train=None):
+    plan = plan_for(accelerator, MODEL, data.n_train if n_train is None else n_train)
+    return (render_grpo(MODEL, plan, data, lengths, "/tmp/w8-test/grpo", epochs=2),
+            render_sft(MODEL, plan, data, lengths, "/tmp/w8-test/sft", steps=20))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("accelerator, gpus, cpu_offload", [
+    ("A100:8", 8, False), ("H100:8", 8, False), ("L4:1", 1, True), ("A100-80GB:4", 4, False), ("A100:1", 1, True),
+])
+def test_rendered_overrides_pass_skyrl_validation(data, accelerator, gpus, cpu_offload, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    grpo, sft = render(data, accelerator)
+    summary = validate_overrides(grpo, sft, LENGTHS)
+    assert summary["gpus"] == gpus == summary["engines"] * summary["tp"]
+    assert summary["logger"] == "console" and summary["max_prompt_length"] >= LENGTHS.prompt_max
+    assert summary["train_batch_size"] % summary["mini_batch"] == 0
+    assert (summary["mini_batch"] * GROUP_SIZE // gpus) % summary["micro"] == 0
+    assert f"trainer.policy.fsdp_config.cpu_offload={'true' if cpu_offload else 'false'}" in grpo
+    assert "trainer.hf_save_interval=0" not in grpo and any(o.startswith("trainer.export_path=") for o in grpo)
+
+
+@pytest.mark.slow
+def test_wrong_key_is_rejected_with_skyrls_message(data):
+    grpo, sft = render(data, "A100:8")
+    with pytest.raises(SkyRLConfigError, match=r"Invalid fields \{'polcy'\} for TrainerConfig"):
+        validate_grpo(grpo + ["trainer.polcy.optimizer_config.lr=1e-6"])
+    with pytest.raises(SkyRLConfigError, match="SFT overrides: .*Invalid fields"):
+        validate_sft(sft + ["optimizer_config.learning_rate=1e-5"])
+
+
+@pytest.mark.slow
+def test_impossible_combinations_fail_with_skyrls_checks(data):
+    grpo, sft = render(data, "A100:8")
+    with pytest.raises(SkyRLConfigError, match="must be the same when colocating"):
+        validate_grpo(grpo + ["generator.inference_engine.num_engines=4"])
+    with pytest.raises(SkyRLConfigError, match="divisible by policy_mini_batch_size"):
+        validate_grpo(grpo + ["trainer.policy_mini_batch_size=24"])
+    with pytest.raises(SkyRLConfigError, match="must be divisible by data-parallel size"):
+        validate_sft(sft + ["batch_size=12"])
+    with pytest.raises(SkyRLConfigError, match=r"has 64 rows < trainer.train_batch_size=128"):
+        validate_grpo(grpo + ["trainer.train_batch_size=128", "trainer.policy_mini_batch_size=64"])
+    long_prompts = Lengths(prompt_max=5000, conversation_max=2600, exact=True, tokenizer="qwen")
+    with pytest.raises(SkyRLConfigError, match="longest prompt is 5000 tokens .* SkyRL would drop it"):
+        validate_grpo(grpo, long_prompts)
+    with pytest.raises(SkyRLConfigError, match="no global_step_N/policy export"):
+        validate_grpo(grpo + ["trainer.hf_save_interval=-1"])
+
+
+@pytest.mark.slow
+def test_local_model_dir_without_config_json_is_named(data, tmp_path):
+    grpo, _ = render(data, "L4:1")
+    with pytest.raises(SkyRLConfigError, match=f"{tmp_path} has no config.json"):
+        validate_grpo(grpo + [f"trainer.policy.model.path={tmp_path}"])
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("T4:1", "pre-Ampere"), ("V100:8", "pre-Ampere"), ("Z9000:8", "unknown GPU Z9000"),
+    ("A100:3", "3 GPUs"), ("A100:0.5", "whole count"), ("", "expected <GPU>:<count>"),
+])
+def test_accelerators_skyrl_cannot_use(spec, message):
+    with pytest.raises(SkyRLConfigError, match=message):
+        parse_accelerator(spec)
+
+
+def test_plan_sizes_follow_the_node_and_the_rows():
+    big = plan_for("H100:8", MODEL, 512)
+    assert (big.train_batch_size, big.num_engines, big.tensor_parallel, big.cpu_offload) == (64, 8, 1, False)
+    small = plan_for("A100:8", MODEL, 6)
+    assert small.train_batch_size == 4 and small.train_batch_size <= 6  # never more than the rows
+    assert plan_for("L4:2", "Qwen/Qwen2.5-Coder-7B-Instruct", 64).tensor_parallel == 2
+    with pytest.raises(SkyRLConfigError, match="needs tensor parallel"):
+        plan_for("L4:1", "Qwen/Qwen2.5-Coder-7B-Instruct", 64)
