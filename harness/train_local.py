@@ -334,7 +334,7 @@ def train_sft(model_path: str, out_dir: str | Path, steps: int = 8, train_count:
                          learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
                          logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
                          max_length=None, completion_only_loss=True, dataloader_num_workers=0,
-                         disable_tqdm=True)
+                         gradient_checkpointing=False, disable_tqdm=True)
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                              callbacks=[StepLog()])
         trainer.train()
@@ -429,7 +429,8 @@ def train_grpo(model_path: str, out_dir: str | Path, train_count: int = 32, exam
                           learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
                           beta=beta, temperature=temperature, logging_steps=1, save_strategy="no",
                           report_to=[], use_cpu=True, seed=seed, shuffle_dataset=True,
-                          dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False)
+                          dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False,
+                          gradient_checkpointing=False)
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
                               processing_class=tokenizer, callbacks=[StepLog()])
         trainer.train()

