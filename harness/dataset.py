@@ -234,6 +234,8 @@ def is_legal_action(state, action):
         return True
     if "visible" not in line or verb != "hover" and "disabled=True" in line:
         return False
+    if verb in ("click", "dblclick", "hover") and ("zero_size" in line or "covered" in line):
+        return False
     if verb in ("fill", "clear"):
         return "editable=" in line and "readonly=True" not in line
     if verb == "select_option":
