@@ -64,8 +64,8 @@ SKYPILOT ?= skypilot[gcp]==0.14.1
 RUN_ID ?=
 # Presets apply only to knobs you did not set: `make smoke W8_TRACE_MAX_ITERATIONS=3` wins over the preset.
 # smoke: tiny but real (every stage takes a model step); local: CPU defaults that can show shrinkage.
-SMOKE_KNOBS ?= W8_TRAIN_COUNT=4 W8_TRAIN_EXAMPLES_PER_OBS=8 W8_GRPO_EPOCHS=1 W8_HARNESS_SFT_STEPS=1 \
-	W8_TRACE_EXAMPLES_PER_OBS=8 W8_TRACE_MAX_ITERATIONS=1 W8_OPERATOR_MAX_NEW_TOKENS=48
+SMOKE_KNOBS ?= W8_TRAIN_COUNT=1 W8_TRAIN_EXAMPLES_PER_OBS=8 W8_GRPO_EPOCHS=1 W8_HARNESS_SFT_STEPS=1 \
+	W8_TRACE_EXAMPLES_PER_OBS=8 W8_TRACE_MAX_ITERATIONS=0 W8_OPERATOR_MAX_NEW_TOKENS=48
 LOCAL_KNOBS ?= W8_TRAIN_COUNT=32 W8_GRPO_EPOCHS=1 W8_HARNESS_SFT_STEPS=8 W8_TRACE_MAX_ITERATIONS=8 \
 	W8_OPERATOR_MAX_NEW_TOKENS=256
 with_presets = for kv in $(1); do k=$${kv%%=*}; [ -n "$${!k:-}" ] || export "$$kv"; done

@@ -28,7 +28,8 @@ def train_local(cfg, out_dir: Path) -> None:
     from harness.train_local import resolve_model
 
     trainer("train_sft")(resolve_model(cfg.harness_model), out_dir, steps=cfg.harness_sft_steps,
-                         train_count=cfg.train_count, examples_per_obs=cfg.train_examples_per_obs)
+                         train_count=cfg.train_count, examples_per_obs=cfg.train_examples_per_obs,
+                         data_dir=out_dir.parent / "data")
 
 
 def train_skyrl(cfg, out_dir: Path) -> None:

@@ -33,7 +33,8 @@ def train_local(cfg, model: str, out_dir: Path) -> None:
     from harness.train_local import resolve_model
 
     trainer("train_grpo")(resolve_model(model), out_dir, train_count=cfg.train_count,
-                          examples_per_obs=cfg.train_examples_per_obs, epochs=cfg.grpo_epochs)
+                          examples_per_obs=cfg.train_examples_per_obs, epochs=cfg.grpo_epochs,
+                          data_dir=out_dir.parent / "data")
 
 
 def train_skyrl(cfg, model: str, out_dir: Path) -> None:
