@@ -127,6 +127,7 @@ def step_calls(tmp_path) -> list[str]:
     return log.read_text().split() if log.exists() else []
 
 
+@pytest.mark.slow
 def test_run_killed_after_step_02_resumes_at_03(fake_pipeline):
     env, tmp = fake_pipeline
     first = run_r3({**env, "FAKE_CRASH_AT": "03_grpo"})
