@@ -64,6 +64,27 @@ def chromium_path() -> str:
     return path
 
 
+def use_system_chromium() -> None:
+    """Make every Playwright Chromium launch in this process use the system Chromium.
+
+    For code that launches browsers itself, such as BrowserGym's `BrowserEnv` (which also
+    opens a second browser for its chat window): without this Playwright looks for its
+    own build and asks for `playwright install`, which needs a download.
+    """
+    from playwright.sync_api import BrowserType
+
+    if getattr(BrowserType.launch, "_w8_system_chromium", False):
+        return
+    original = BrowserType.launch
+
+    def launch(self, *args, **kwargs):
+        kwargs.setdefault("executable_path", chromium_path())
+        return original(self, *args, **kwargs)
+
+    launch._w8_system_chromium = True
+    BrowserType.launch = launch
+
+
 def miniwob_base_url() -> str:
     """file:// URL of the MiniWoB++ pages shipped inside the `miniwob` package."""
     import miniwob

@@ -36,9 +36,9 @@ def baseline(n_actions: int) -> float:
     from browsergym.core.env import BrowserEnv
 
     page = PAGES[0]
+    browser.use_system_chromium()  # BrowserEnv and its chat window launch Chromium themselves
     env = BrowserEnv(task_entrypoint=browser.page_classes()[page],
                      task_kwargs={"base_url": browser.miniwob_base_url()}, headless=True,
-                     pw_chromium_kwargs={"executable_path": browser.chromium_path()},
                      action_mapping=browser.action_set().to_python_code)
     try:
         obs, _ = env.reset(seed=1)
