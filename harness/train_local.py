@@ -297,8 +297,11 @@ def _prior_steps(out_dir: Path) -> list[dict[str, Any]]:
 
 def train_sft(model_path: str, out_dir: str | Path, steps: int = 8, train_count: int = 32,
               examples_per_obs: int = 24, lr: float = SFT_LR, batch_size: int = SFT_BATCH,
-              target: str = "compact", data_dir: str | Path | None = None, seed: int = 0) -> TrainResult:
+              target: str = "compact", data_dir: str | Path | None = None, seed: int = 0,
+              data: Any = None) -> TrainResult:
     """TRL SFTTrainer on the oracle-answer rows (loss on the answer only) -> global_step_<steps>/policy.
+
+    `data` (a harness.dataset.TrainingData) uses rows written elsewhere instead of building them.
 
     Resumable: an export with N >= steps means done; a smaller N restarts from that export's
     weights for the remaining steps (the optimizer state is not kept between runs).
@@ -314,7 +317,7 @@ def train_sft(model_path: str, out_dir: str | Path, steps: int = 8, train_count:
     start_path, done, finished = _start(model_path, out_dir, steps)
     if finished:
         return finished
-    data = prepare_training_data(train_count, examples_per_obs, data_dir, sft_target=target)
+    data = data or prepare_training_data(train_count, examples_per_obs, data_dir, sft_target=target)
     rows = [json.loads(line) for line in (data.sft_dir / "train.jsonl").read_text().splitlines() if line]
     dataset = Dataset.from_list([{"prompt": r["messages"][:-1], "completion": r["messages"][-1:]} for r in rows])
     model, tokenizer = _load(start_path)
@@ -385,7 +388,7 @@ def train_grpo(model_path: str, out_dir: str | Path, train_count: int = 32, exam
                epochs: int = 1, max_steps: int | None = GRPO_MAX_STEPS, group_size: int = GRPO_GROUP,
                max_completion_length: int = GRPO_MAX_COMPLETION, lr: float = GRPO_LR, beta: float = GRPO_BETA,
                temperature: float = GRPO_TEMPERATURE, data_dir: str | Path | None = None,
-               target: str = "compact", seed: int = 0) -> TrainResult:
+               target: str = "compact", seed: int = 0, data: Any = None) -> TrainResult:
     """TRL GRPOTrainer on CPU, reward = HarnessLegalityEnv.step -> global_step_N/policy + metrics.
 
     One prompt (train task) and `group_size` sampled completions per step; steps =
@@ -402,7 +405,7 @@ def train_grpo(model_path: str, out_dir: str | Path, train_count: int = 32, exam
     start_path, done, finished = _start(model_path, out_dir, steps)
     if finished:
         return finished
-    data = prepare_training_data(train_count, examples_per_obs, data_dir, sft_target=target)
+    data = data or prepare_training_data(train_count, examples_per_obs, data_dir, sft_target=target)
     check_skyrl_parquet(data.train_parquet)
     dataset = load_dataset("parquet", data_files=str(data.train_parquet), split="train")
     model, tokenizer = _load(start_path)

@@ -74,6 +74,23 @@ def test_exports_are_atomic_and_the_newest_complete_one_wins(tmp_path, smollm2):
     assert (tmp_path / "metrics.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def tiny_rows(tmp_path: Path):
+    """Real rows (ground truth, extra_info, SFT answer) of two train tasks with a short prompt, so a
+    2-layer model steps in well under a second; the env scores them exactly as on full prompts."""
+    from harness.dataset import (TrainingData, make_task, skyrl_row, sft_row, write_jsonl_rows,
+                                 write_parquet_rows)
+
+    prompt = [{"role": "system", "content": "Write is_legal_action(state, action)."},
+              {"role": "user", "content": "Page: click-dialog."}]
+    tasks = [make_task("train", seed, 8) for seed in (0, 1)]
+    rows = [{**skyrl_row(t), "prompt": prompt} for t in tasks]
+    sft = [{**sft_row(t, TINY_PROGRAM), "messages": prompt + sft_row(t, TINY_PROGRAM)["messages"][-1:]} for t in tasks]
+    write_parquet_rows(rows, tmp_path / "train.parquet")
+    write_parquet_rows(rows, tmp_path / "validation.parquet")
+    write_jsonl_rows(sft, tmp_path / "sft" / "train.jsonl")
+    return TrainingData(tmp_path / "train.parquet", tmp_path / "validation.parquet", tmp_path / "sft", 2, 2)
+
+
 @pytest.mark.slow
 def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2):
     """Minimal sizes: a 2-layer model learns a one-line program by SFT, then one TRL GRPO step with
@@ -88,23 +105,23 @@ def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2)
     tokenizer = AutoTokenizer.from_pretrained(smollm2)
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
                          tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     LlamaForCausalLM(config).save_pretrained(tmp_path / "tiny")
     tokenizer.save_pretrained(tmp_path / "tiny")
-    rows = dict(train_count=2, examples_per_obs=8, target=TINY_PROGRAM, data_dir=tmp_path / "data")
-    sft = train_sft(str(tmp_path / "tiny"), tmp_path / "sft", steps=150, lr=3e-3, **rows)
-    assert sft.policy_dir == tmp_path / "sft" / "global_step_150" / "policy"
+    data = tiny_rows(tmp_path / "data")
+    sft = train_sft(str(tmp_path / "tiny"), tmp_path / "sft", steps=60, lr=1e-2, data=data)
+    assert sft.policy_dir == tmp_path / "sft" / "global_step_60" / "policy"
     losses = [s["loss"] for s in json.loads(sft.metrics_path.read_text())["steps"]]
     assert losses[-1] < losses[0] / 5
     grpo = train_grpo(str(sft.policy_dir), tmp_path / "grpo", max_steps=1, group_size=8, max_completion_length=32,
-                      lr=1e-3, **rows)
+                      lr=1e-3, data=data)
     step = json.loads(grpo.metrics_path.read_text())["steps"][-1]
     assert step["reward_std"] > 0, "no reward variance in the group: the step could not learn"
     before = load_file(str(sft.policy_dir / "model.safetensors"))
     after = load_file(str(grpo.policy_dir / "model.safetensors"))
     assert any(not torch.equal(before[k], after[k]) for k in before)
     again = train_grpo(str(sft.policy_dir), tmp_path / "grpo", max_steps=1, group_size=8, max_completion_length=32,
-                       lr=1e-3, **rows)
+                       lr=1e-3, data=data)
     assert again.skipped and again.policy_dir == grpo.policy_dir
