@@ -94,14 +94,6 @@ def atomic_write_json(path: Path, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def publish_dir(tmp_dir: Path, final_dir: Path) -> Path:
-    """Rename a finished temp folder into place (a model export, say); replaces a stale leftover."""
-    if final_dir.exists():
-        shutil.rmtree(final_dir)
-    os.replace(tmp_dir, final_dir)
-    return final_dir
-
-
 # ---- run_config.json -----------------------------------------------------------------------
 def git_sha() -> str:
     """HEAD of this checkout (+'-dirty' with local changes); W8_GIT_SHA where .git is absent."""
