@@ -262,7 +262,7 @@ SFT_LR = 1e-4
 SFT_BATCH = 1
 GRPO_LR = 2e-6
 GRPO_GROUP = 4
-GRPO_MAX_COMPLETION = 384  # the compact SFT target is ~340 tokens plus the code fence
+GRPO_MAX_COMPLETION = 448  # the compact SFT answer is ~385 tokens with its code fence: room to vary
 GRPO_MAX_STEPS = 6  # cap on local GRPO steps (one prompt x GRPO_GROUP completions a step)
 GRPO_BETA = 0.02  # KL to the starting policy: keeps the SFT'd program from drifting apart
 GRPO_TEMPERATURE = 1.0
@@ -350,6 +350,17 @@ def train_sft(model_path: str, out_dir: str | Path, steps: int = 8, train_count:
 
 # ---- GRPO --------------------------------------------------------------------------------
 
+def _warn_if_answer_is_cut(tokenizer, target: str, max_completion_length: int) -> None:
+    """A completion budget below the SFT answer's length truncates every answer into invalid code."""
+    from harness.dataset import sft_target_source
+
+    answer = "```python\n" + sft_target_source(target).rstrip() + "\n```"
+    n = len(tokenizer(answer)["input_ids"]) + 1
+    if n > max_completion_length:
+        print(f"warning: the SFT answer ({target}) is {n} tokens > max_completion_length={max_completion_length}: "
+              "completions that follow it are cut and score 0", flush=True)
+
+
 class EnvReward:
     """TRL reward function: HarnessLegalityEnv.step on each completion (the SkyRL env's code path).
 
@@ -409,6 +420,7 @@ def train_grpo(model_path: str, out_dir: str | Path, train_count: int = 32, exam
     check_skyrl_parquet(data.train_parquet)
     dataset = load_dataset("parquet", data_files=str(data.train_parquet), split="train")
     model, tokenizer = _load(start_path)
+    _warn_if_answer_is_cut(tokenizer, target, max_completion_length)
     reward = EnvReward()
     log: list[dict[str, Any]] = _prior_steps(out_dir) if done else []
     clock = {"t": time.monotonic(), "reward_s": 0.0}
