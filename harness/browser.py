@@ -160,22 +160,30 @@ _POINTER_JS = r"""
     el.scrollIntoView({block: 'center', inline: 'center'});
     const r = el.getBoundingClientRect();
     const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
-    if (!hit || !(hit === el || el.contains(hit))) out[bid] = 'covered';
+    out[bid] = (hit && (hit === el || el.contains(hit))) ? 'ok' : 'covered';
   }
   window.scrollTo(sx, sy);
   return out;
 }
 """
-_BID_LINE = re.compile(r"^(\t*\[([^\]]+)\] .*, visible)(.*)$")
+_VISIBLE_LINE = re.compile(r"^(\t*\[([^\]]+)\] .*, visible)(.*)$")
+_ANY_BID_LINE = re.compile(r"^\t*\[([^\]]+)\] ")
 
 
 def annotate_pointer(state: str, pointer: dict[str, str]) -> str:
-    """Append `zero_size` or `covered` after `visible` on the lines of elements that have it."""
+    """Add the hit test to the state, only where BrowserGym's `visible` flag misleads.
+
+    A `visible` element gets `zero_size` or `covered` when Playwright could not point at
+    it; an element without `visible` gets `offscreen` when Playwright could (it scrolls
+    it into view first, e.g. items below the 214 px MiniWoB viewport).
+    """
     lines = []
     for line in state.splitlines():
-        m = _BID_LINE.match(line)
-        if m and m.group(2) in pointer:
-            line = f"{m.group(1)}, {pointer[m.group(2)]}{m.group(3)}"
+        visible, any_bid = _VISIBLE_LINE.match(line), _ANY_BID_LINE.match(line)
+        if visible and pointer.get(visible.group(2)) in ("zero_size", "covered"):
+            line = f"{visible.group(1)}, {pointer[visible.group(2)]}{visible.group(3)}"
+        elif any_bid and not visible and pointer.get(any_bid.group(1)) == "ok":
+            line = f"{line}, offscreen"
         lines.append(line)
     return "\n".join(lines)
 

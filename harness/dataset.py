@@ -232,7 +232,7 @@ def is_legal_action(state, action):
     line = m.group(1)
     if verb in ("press", "focus"):
         return True
-    if "visible" not in line or verb != "hover" and "disabled=True" in line:
+    if "visible" not in line and "offscreen" not in line or verb != "hover" and "disabled=True" in line:
         return False
     if verb in ("click", "dblclick", "hover") and ("zero_size" in line or "covered" in line):
         return False

@@ -7,8 +7,9 @@ only, no imports from the repo. `oracle_source()` is its program text.
 The rules mirror what BrowserGym 0.14.3 + Playwright do with a bid action:
 - the action string must parse to one known call with arguments its function accepts;
 - the bid must exist in the page (the state lists every element that carries one);
-- click/dblclick/hover need a visible target that receives the pointer (not `zero_size`,
-  not `covered` by another element): Playwright's actionability wait times out otherwise;
+- click/dblclick/hover need a visible (or `offscreen`: Playwright scrolls to it) target
+  that receives the pointer (not `zero_size`, not `covered` by another element):
+  Playwright's actionability wait times out otherwise;
   click/dblclick also need it enabled;
 - fill/clear need a visible, enabled, editable text target (input, textarea, contenteditable);
 - select_option needs a <select> (combobox/listbox with options) and an existing option;
@@ -41,7 +42,8 @@ class Element:
 
     @property
     def visible(self):
-        return "visible" in self.props
+        """Shown in the viewport, or `offscreen`: Playwright scrolls it into view first."""
+        return "visible" in self.props or "offscreen" in self.props
 
     @property
     def pointable(self):

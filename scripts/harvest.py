@@ -35,8 +35,11 @@ def _worker(jobs: mp.Queue, results: mp.Queue, actions_per_obs: int) -> None:
         with browser.PageSession() as session:
             results.put(("versions", session.versions))
             while (job := jobs.get()) is not None:
-                page, seed = job
+                page, seed, known_state = job
                 try:
+                    if known_state is not None and session.observe(page, seed).state == known_state:
+                        results.put(("unchanged", f"{page}/{seed}"))
+                        continue
                     record = browser.harvest_observation(session, page, seed, actions_per_obs)
                     results.put(("record", record))
                 except Exception as err:  # one bad page must not stop the harvest
@@ -65,7 +68,7 @@ def _append(path: Path, row: dict) -> None:
 
 
 def run(pages: list[str], seeds: int, actions_per_obs: int, workers: int, fresh: bool,
-        out_dir: Path = SNAPSHOT_PATH.parent, work_dir: Path = WORK_DIR) -> int:
+        out_dir: Path = SNAPSHOT_PATH.parent, work_dir: Path = WORK_DIR, recheck: bool = False) -> int:
     from tqdm import tqdm
 
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -77,7 +80,9 @@ def run(pages: list[str], seeds: int, actions_per_obs: int, workers: int, fresh:
             p.unlink(missing_ok=True)
     done = {r["obs_id"]: r for r in _read_jsonl(records_path)}
     dropped = {d["obs_id"]: d for d in _read_jsonl(dropped_path)}
-    jobs = [(p, s) for p in pages for s in range(1, seeds + 1) if f"{p}/{s}" not in done | dropped]
+    jobs = [(p, s, None) for p in pages for s in range(1, seeds + 1) if f"{p}/{s}" not in done | dropped]
+    if recheck:  # after a change to the state extraction: relabel only observations whose state changed
+        jobs += [(r["page"], r["seed"], r["state"]) for r in done.values() if r["page"] in pages]
     print(f"harvest: {len(pages)} pages x {seeds} seeds, {len(done)} observations kept from a previous run, "
           f"{len(jobs)} to label with {workers} workers")
     versions = {}
@@ -103,6 +108,9 @@ def run(pages: list[str], seeds: int, actions_per_obs: int, workers: int, fresh:
                     continue
                 remaining -= 1
                 bar.update(1)
+                if kind == "unchanged":
+                    bar.set_postfix(unchanged=payload)
+                    continue
                 if kind == "record":
                     _append(records_path, payload)
                     done[payload["obs_id"]] = payload
@@ -110,6 +118,7 @@ def run(pages: list[str], seeds: int, actions_per_obs: int, workers: int, fresh:
                 else:
                     _append(dropped_path, payload)
                     dropped[payload["obs_id"]] = payload
+                    done.pop(payload["obs_id"], None)  # a rechecked observation that no longer reproduces
                 bar.set_postfix(actions_per_s=f"{labeled / (time.time() - t0):.1f}", dropped=len(dropped))
         finally:
             bar.close()
@@ -165,6 +174,8 @@ def main() -> int:
     parser.add_argument("--fresh", action="store_true", help="forget labeled observations of an earlier run")
     parser.add_argument("--out", type=Path, default=SNAPSHOT_PATH.parent, help="where the snapshot and manifest go")
     parser.add_argument("--work-dir", type=Path, default=WORK_DIR, help="where labeled observations accumulate")
+    parser.add_argument("--recheck", action="store_true",
+                        help="re-observe every kept observation; relabel those whose state text changed")
     args = parser.parse_args()
     known = browser.page_classes()
     pages = sorted(known) if args.pages == "all" else [p.strip() for p in args.pages.split(",") if p.strip()]
@@ -179,7 +190,8 @@ def main() -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     _exit_on_sigterm()
-    return run(pages, args.seeds, args.actions_per_obs, args.workers, args.fresh, args.out, args.work_dir)
+    return run(pages, args.seeds, args.actions_per_obs, args.workers, args.fresh, args.out, args.work_dir,
+               args.recheck)
 
 
 if __name__ == "__main__":
