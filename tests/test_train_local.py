@@ -116,12 +116,12 @@ def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2)
     losses = [s["loss"] for s in json.loads(sft.metrics_path.read_text())["steps"]]
     assert losses[-1] < losses[0] / 5
     grpo = train_grpo(str(sft.policy_dir), tmp_path / "grpo", max_steps=1, group_size=8, max_completion_length=32,
-                      lr=1e-3, data=data)
+                      lr=1e-3, data=data, target=TINY_PROGRAM)
     step = json.loads(grpo.metrics_path.read_text())["steps"][-1]
     assert step["reward_std"] > 0, "no reward variance in the group: the step could not learn"
     before = load_file(str(sft.policy_dir / "model.safetensors"))
     after = load_file(str(grpo.policy_dir / "model.safetensors"))
     assert any(not torch.equal(before[k], after[k]) for k in before)
     again = train_grpo(str(sft.policy_dir), tmp_path / "grpo", max_steps=1, group_size=8, max_completion_length=32,
-                       lr=1e-3, data=data)
+                       lr=1e-3, data=data, target=TINY_PROGRAM)
     assert again.skipped and again.policy_dir == grpo.policy_dir
