@@ -14,7 +14,6 @@ from harness.oracle import parse_state
 
 TEXT_VALUES = ["hello", "Alice", "42", "New York", "2024-01-15", "test@example.com"]
 KEYS = ["Enter", "Tab", "ArrowDown", "Escape", "Control+a", "Backspace"]
-EDITABLE_ROLES = {"textbox", "searchbox", "spinbutton", "combobox"}
 
 
 def _legal_candidates(elements, rng: random.Random) -> list[str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import os
 import random
 import zlib
@@ -145,7 +146,7 @@ def _records_for(split: str, path: Path) -> list[dict]:
 def _balanced_draw(examples: list[Example], n: int, rng: random.Random) -> list[Example] | None:
     pos = [e for e in examples if e.legal]
     neg = [e for e in examples if not e.legal]
-    lo = -(-int(MIN_CLASS_SHARE * n * 1000) // 1000)  # ceil(0.4 * n)
+    lo = math.ceil(round(MIN_CLASS_SHARE * n, 9))  # round: 0.4 * 3 is 1.2000000000000002
     if len(pos) < lo or len(neg) < lo or len(examples) < n:
         return None
     n_pos = min(len(pos), max(lo, n - len(neg), round(n * len(pos) / len(examples))))
