@@ -40,16 +40,23 @@ def gold_heldout(traces: list[dict]) -> list[str]:
     return rows
 
 
+METRIC_KEYS = ("loss", "reward_mean", "reward_std", "valid_rate", "step_time_s")
+
+
 def metrics_lines(run_dir: Path) -> list[str]:
+    """One line per metrics file: its per-step numbers (first and last step when there are many)."""
     lines = []
     for name in METRICS:
         path = run_dir / name
         if not path.exists():
             continue
         data = json.loads(path.read_text())
-        final = data.get("final") or data.get("summary") or {}
-        shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in list(final.items())[:8])
-        lines.append(f"- `{name}`: {shown or 'see file'}")
+        steps = data.get("steps") or []
+        shown = steps if len(steps) <= 4 else [steps[0], steps[-1]]
+        parts = ["step {}: {}".format(s.get("step"), ", ".join(f"{k} {s[k]:.3g}" for k in METRIC_KEYS
+                                                               if isinstance(s.get(k), (int, float))))
+                 for s in shown]
+        lines.append(f"- `{name}` ({len(steps)} steps): {'; '.join(parts) or 'no steps recorded'}")
     return lines
 
 
@@ -67,7 +74,8 @@ def summary_markdown(run_dir: Path, result: dict, frozen: list[dict], trained: l
         f"- trace tasks: {result['n_tasks']} held-out, {knobs.get('trace_examples_per_obs')} examples each; "
         f"budget {budget} refinements; gold = balanced accuracy >= {result['gold_threshold']}",
         f"- training: SFT steps {knobs.get('harness_sft_steps')}, GRPO on {knobs.get('train_count')} train tasks "
-        f"x {knobs.get('grpo_epochs')} epoch(s)",
+        f"x {knobs.get('grpo_epochs')} epoch(s)"
+        + (f", capped at {knobs['grpo_max_steps']} step(s)" if knobs.get("grpo_max_steps") else ""),
         "",
         "## steps_to_gold (fewer is better; strict)",
         "",

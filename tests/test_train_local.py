@@ -12,6 +12,7 @@ from harness.train_local import (ModelError, check_model_dir, export_policy, fin
                                  resolve_model, write_metrics)
 
 TINY_PROGRAM = "def is_legal_action(state, action):\n    return True\n"
+TINY_FALSE = TINY_PROGRAM.replace("True", "False")
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,10 @@ def tiny_rows(tmp_path: Path):
               {"role": "user", "content": "Page: click-dialog."}]
     tasks = [make_task("train", seed, 8) for seed in (0, 1)]
     rows = [{**skyrl_row(t), "prompt": prompt} for t in tasks]
-    sft = [{**sft_row(t, TINY_PROGRAM), "messages": prompt + sft_row(t, TINY_PROGRAM)["messages"][-1:]} for t in tasks]
+    # two answers to one prompt (always True, always False): the SFT model samples both, so a GRPO
+    # group holds different rewards (0.6 and 0.4 under the default weights) and its step has a signal
+    sft = [{**sft_row(t, answer), "messages": prompt + sft_row(t, answer)["messages"][-1:]}
+           for t, answer in zip(tasks, (TINY_PROGRAM, TINY_FALSE))]
     write_parquet_rows(rows, tmp_path / "train.parquet")
     write_parquet_rows(rows, tmp_path / "validation.parquet")
     write_jsonl_rows(sft, tmp_path / "sft" / "train.jsonl")
@@ -111,17 +115,17 @@ def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2)
     LlamaForCausalLM(config).save_pretrained(tmp_path / "tiny")
     tokenizer.save_pretrained(tmp_path / "tiny")
     data = tiny_rows(tmp_path / "data")
-    sft = train_sft(str(tmp_path / "tiny"), tmp_path / "sft", steps=60, lr=1e-2, data=data)
-    assert sft.policy_dir == tmp_path / "sft" / "global_step_60" / "policy"
+    sft = train_sft(str(tmp_path / "tiny"), tmp_path / "sft", steps=100, lr=1e-2, data=data)
+    assert sft.policy_dir == tmp_path / "sft" / "global_step_100" / "policy"
     losses = [s["loss"] for s in json.loads(sft.metrics_path.read_text())["steps"]]
     assert losses[-1] < losses[0] / 5
     grpo = train_grpo(str(sft.policy_dir), tmp_path / "grpo", max_steps=1, group_size=8, max_completion_length=32,
-                      lr=1e-3, data=data, target=TINY_PROGRAM)
+                      lr=1e-3, data=data, target=TINY_PROGRAM, temperature=1.0)
     step = json.loads(grpo.metrics_path.read_text())["steps"][-1]
     assert step["reward_std"] > 0, "no reward variance in the group: the step could not learn"
     before = load_file(str(sft.policy_dir / "model.safetensors"))
     after = load_file(str(grpo.policy_dir / "model.safetensors"))
     assert any(not torch.equal(before[k], after[k]) for k in before)
     again = train_grpo(str(sft.policy_dir), tmp_path / "grpo", max_steps=1, group_size=8, max_completion_length=32,
-                       lr=1e-3, data=data, target=TINY_PROGRAM)
+                       lr=1e-3, data=data, target=TINY_PROGRAM, temperature=1.0)
     assert again.skipped and again.policy_dir == grpo.policy_dir
