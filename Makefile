@@ -64,11 +64,11 @@ SKYPILOT ?= skypilot[gcp]==0.14.1
 RUN_ID ?=
 # Presets apply only to knobs you did not set: `make smoke W8_TRACE_MAX_ITERATIONS=3` wins over the preset.
 # smoke: tiny but real (every stage takes a model step); local: CPU defaults that can show shrinkage
-# (16 oracle-SFT steps, one per train task; 2 GRPO steps of 4 completions; budgets of 4 refinements;
-# 448-token answers: the oracle answer is ~385 tokens).
+# (16 oracle-SFT steps, one per train task; 1 GRPO step of 4 completions, ~3.5 min on 2 cores;
+# budgets of 4 refinements; 448-token answers: the oracle answer is ~385 tokens).
 SMOKE_KNOBS ?= W8_TRAIN_COUNT=1 W8_TRAIN_EXAMPLES_PER_OBS=8 W8_GRPO_EPOCHS=1 W8_HARNESS_SFT_STEPS=1 \
 	W8_TRACE_EXAMPLES_PER_OBS=8 W8_TRACE_MAX_ITERATIONS=0 W8_OPERATOR_MAX_NEW_TOKENS=48
-LOCAL_KNOBS ?= W8_TRAIN_COUNT=16 W8_HARNESS_SFT_STEPS=16 W8_GRPO_EPOCHS=1 W8_GRPO_MAX_STEPS=2 \
+LOCAL_KNOBS ?= W8_TRAIN_COUNT=16 W8_HARNESS_SFT_STEPS=16 W8_GRPO_EPOCHS=1 W8_GRPO_MAX_STEPS=1 \
 	W8_TRACE_MAX_ITERATIONS=4 W8_OPERATOR_MAX_NEW_TOKENS=448
 with_presets = for kv in $(1); do k=$${kv%%=*}; [ -n "$${!k:-}" ] || export "$$kv"; done
 

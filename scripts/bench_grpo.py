@@ -10,7 +10,7 @@
    HarnessLegalityEnv.step;
 2. SFT (harness.train_local.train_sft, compact oracle answer) then GRPO (train_grpo, group
    of 4, completions up to GRPO_MAX_COMPLETION tokens), with the defaults `make local` uses
-   (16 SFT steps over 16 train tasks, GRPO capped at 2 steps), timed: SFT + GRPO wall time (target:
+   (16 SFT steps over 16 train tasks, GRPO capped at 1 step), timed: SFT + GRPO wall time (target:
    10 minutes), seconds per GRPO step, rewards scored per second, and the share of step time
    spent scoring (target: under 10%);
 3. trained: the same evaluation on the GRPO export.
@@ -91,7 +91,7 @@ def from_run(run_dir: Path) -> tuple[str, float, float, Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sft-steps", type=int, default=16)
-    parser.add_argument("--grpo-steps", type=int, default=2, help="cap (W8_GRPO_MAX_STEPS); 0: train-count x 1")
+    parser.add_argument("--grpo-steps", type=int, default=1, help="cap (W8_GRPO_MAX_STEPS); 0: train-count x 1")
     parser.add_argument("--train-count", type=int, default=16)
     parser.add_argument("--examples-per-obs", type=int, default=24)
     parser.add_argument("--eval-prompts", type=int, default=2)
