@@ -255,15 +255,15 @@ def summarize_skyrl_metrics(jsonl: Path, out_dir: Path) -> Path | None:
 
 # Local defaults, chosen for a 2-core CPU: a few thousand tokens per step, a learning rate
 # that moves a 135M model within a handful of steps (full fine-tune, AdamW, constant LR).
-SFT_LR = 1e-4
 # Both trainers run in float32 (bf16=False): TRL's configs default to bf16=True, and on a CPU
 # without AVX512-BF16 a bf16 matmul takes a slow reference path (~0.3 GFLOP/s against ~80 in
 # float32 on this repo's 2-core test machine): a step then takes minutes instead of seconds.
+SFT_LR = 1e-4
 SFT_BATCH = 1
 GRPO_LR = 2e-6
 GRPO_GROUP = 4
 GRPO_MAX_COMPLETION = 448  # the compact SFT answer is ~385 tokens with its code fence: room to vary
-GRPO_BETA = 0.0  # no KL term: TRL then keeps no reference model, one forward less per step (a third of a CPU step)
+GRPO_BETA = 0.0  # no KL term: TRL then keeps no reference model and skips its forward pass each step
 # Sampling temperature of GRPO's completions. After the oracle SFT, 4 samples at 1.0 (or 0.7)
 # were half or all invalid code (reward 0 everywhere: no advantage, a no-op step); at 0.5 all 4
 # were valid with rewards 0.6-0.93, a signal GRPO can use (measured on two train prompts).
@@ -405,7 +405,7 @@ def train_grpo(model_path: str, out_dir: str | Path, train_count: int = 32, exam
     """TRL GRPOTrainer on CPU, reward = HarnessLegalityEnv.step -> global_step_N/policy + metrics.
 
     One prompt (train task) and `group_size` sampled completions per step; steps =
-    epochs x train_count (about 4 minutes each on 2 CPU cores with 448-token completions),
+    epochs x train_count (3 to 3.5 minutes each on 2 CPU cores with 448-token completions),
     capped at max_steps when given. Resumable like train_sft.
     """
     from datasets import load_dataset

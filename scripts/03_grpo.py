@@ -35,7 +35,8 @@ def train_local(cfg, model: str, out_dir: Path) -> None:
     # completions get the operator's token budget: what GRPO trains to write fits what the search lets it write
     trainer("train_grpo")(resolve_model(model), out_dir, train_count=cfg.train_count,
                           examples_per_obs=cfg.train_examples_per_obs, epochs=cfg.grpo_epochs,
-                          max_steps=cfg.grpo_max_steps or None, max_completion_length=cfg.operator_max_new_tokens, data_dir=out_dir.parent / "data")
+                          max_steps=cfg.grpo_max_steps or None, max_completion_length=cfg.operator_max_new_tokens,
+                          data_dir=out_dir.parent / "data")
 
 
 def train_skyrl(cfg, model: str, out_dir: Path) -> None:

@@ -64,11 +64,10 @@ def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens:
 def train_fresh(args, base: str, out: Path, data) -> tuple[str, float, float, Path]:
     """SFT then GRPO with the bench's flags: (trained export, SFT s, GRPO s, GRPO metrics path)."""
     t0 = time.monotonic()
-    sft = train_sft(base, out / "sft", steps=args.sft_steps, train_count=args.train_count,
-                    examples_per_obs=args.examples_per_obs, data_dir=out / "data", data=data)
+    sft = train_sft(base, out / "sft", steps=args.sft_steps, data=data)
     t1 = time.monotonic()
     grpo = train_grpo(str(sft.policy_dir), out / "grpo", train_count=args.train_count, data=data,
-                      examples_per_obs=args.examples_per_obs, max_steps=args.grpo_steps or None, data_dir=out / "data")
+                      max_steps=args.grpo_steps or None)
     return str(grpo.policy_dir), t1 - t0, time.monotonic() - t1, grpo.metrics_path
 
 
@@ -135,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(record))
     print(f"bench_grpo: mean reward on {len(rows)} train prompts x {args.eval_samples}: frozen "
           f"{frozen['reward_mean']} -> trained {trained['reward_mean']}; SFT+GRPO {record['sft_plus_grpo_s']:.0f}s "
-          f"(target 600 s); GRPO {record['grpo_s_per_step']}s/step, scoring {100 * record['scoring_share_of_step']:.2f}%"
-          f" of a step (target < 10%), {record['rewards_scored_per_s']} rewards scored/s")
+          f"(target 600 s); GRPO {record['grpo_s_per_step']}s/step, scoring "
+          f"{100 * record['scoring_share_of_step']:.2f}% of a step (target < 10%), "
+          f"{record['rewards_scored_per_s']} rewards scored/s")
     return 0
 
 
