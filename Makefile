@@ -62,17 +62,12 @@ SKY_VENV ?= .venv-sky
 SKY_STAMP := $(SKY_VENV)/.installed
 SKYPILOT ?= skypilot[gcp]==0.14.1
 RUN_ID ?=
-# Presets apply only to knobs you did not set: `make smoke W8_TRACE_MAX_ITERATIONS=3` wins over the preset.
-# smoke: tiny but real (every stage takes a model step); local: CPU defaults that can show shrinkage
-# (16 oracle-SFT steps, one per train task; 1 GRPO step of 4 completions, ~3.5 min on 2 cores;
-# budgets of 4 refinements; 448-token answers: the oracle answer is ~385 tokens).
-SMOKE_KNOBS ?= W8_TRAIN_COUNT=1 W8_TRAIN_EXAMPLES_PER_OBS=8 W8_GRPO_EPOCHS=1 W8_HARNESS_SFT_STEPS=1 \
-	W8_TRACE_EXAMPLES_PER_OBS=8 W8_TRACE_MAX_ITERATIONS=0 W8_OPERATOR_MAX_NEW_TOKENS=48
-LOCAL_KNOBS ?= W8_TRAIN_COUNT=16 W8_HARNESS_SFT_STEPS=16 W8_GRPO_EPOCHS=1 W8_GRPO_MAX_STEPS=1 \
-	W8_TRACE_MAX_ITERATIONS=4 W8_OPERATOR_MAX_NEW_TOKENS=448
-with_presets = for kv in $(1); do k=$${kv%%=*}; [ -n "$${!k:-}" ] || export "$$kv"; done
+# Presets are files: presets/<name>.env (one W8_KNOB=value a line). A preset fills only the
+# knobs you did not set: `make smoke W8_TRACE_MAX_ITERATIONS=3` wins over presets/smoke.env.
+# make launch and make dry-run use presets/gcp.env unless W8_PRESET says otherwise.
+LAUNCH_PRESET = $${W8_PRESET:-gcp}
 
-.PHONY: sky-env dry-run smoke local launch watch results down doctor
+.PHONY: sky-env dry-run smoke local launch gpu-smoke watch results down doctor
 
 # make setup (and so make test and CI) also builds the SkyPilot env: the YAML tests need its parser.
 setup: $(SKY_STAMP)
@@ -87,18 +82,23 @@ $(SKY_STAMP):
 sky-env: $(SKY_STAMP) ## SkyPilot (skypilot[gcp]==0.14.1) in its own tool env .venv-sky
 	@echo "sky-env ok: $$($(SKY_VENV)/bin/sky --version)"
 
-dry-run: setup ## validate a launch offline: knobs, sky/r3.yaml via SkyPilot's parser, SkyRL config, datasets, compileall
-	$(PY) scripts/dry_run.py
+dry-run: setup ## validate a launch offline: knobs, node install spec, sky/r3.yaml via SkyPilot, SkyRL plans for 1/2/4 nodes, budgets
+	W8_PRESET=$(LAUNCH_PRESET) $(PY) scripts/dry_run.py
 
 smoke: setup ## the whole r3 pipeline locally on tiny knobs, a real model step per stage (< 5 min)
-	@$(call with_presets,$(SMOKE_KNOBS)); export W8_RESULTS_ROOT=$${W8_RESULTS_ROOT:-.w8-biayn/smoke-results}; \
+	@export W8_PRESET=smoke W8_RESULTS_ROOT=$${W8_RESULTS_ROOT:-.w8-biayn/smoke-results}; \
 	W8_RUN_ID=$${W8_RUN_ID:-smoke-$$(date -u +%Y%m%d-%H%M%S)} bash scripts/run_r3.sh
 
 local: setup ## the whole r3 pipeline on the embedded model with CPU defaults -> results/<run-id>/ (< 20 min)
-	@$(call with_presets,$(LOCAL_KNOBS)); bash scripts/run_r3.sh
+	W8_PRESET=local bash scripts/run_r3.sh
 
-launch: dry-run ## sky launch -c w8-biayn-r3 -y --down sky/r3.yaml, knobs as --env, DAYTONA_API_KEY as --secret
-	$(PY) scripts/launch.py
+launch: ## dry-run, then sky launch -c w8-biayn-r3 -y --down sky/r3.yaml (presets/gcp.env), output kept in .w8-biayn/logs/
+	W8_PRESET=$(LAUNCH_PRESET) $(MAKE) --no-print-directory dry-run
+	W8_PRESET=$(LAUNCH_PRESET) $(PY) scripts/launch.py
+
+gpu-smoke: ## the first real launch (a few dollars): one L4, a 0.5B model, all five steps, --down, results collected
+	W8_PRESET=gpu-smoke $(MAKE) --no-print-directory dry-run
+	W8_PRESET=gpu-smoke $(PY) scripts/launch.py --collect
 
 watch: ## sky status + streamed logs with live steps_to_gold; the final result parsed out
 	$(PY) scripts/watch.py

@@ -25,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -34,7 +35,7 @@ SKY_VENV = REPO_ROOT / ".venv-sky"
 GCLOUD_CONFIG_DIR = REPO_ROOT / ".w8-biayn" / "gcloud"
 TASK_YAML = REPO_ROOT / "sky" / "r3.yaml"
 CLUSTER = "w8-biayn-r3"
-SECRETS = ("DAYTONA_API_KEY",)  # optional; travel as SkyPilot secrets, never as --env
+SECRETS = ("DAYTONA_API_KEY", "WANDB_API_KEY")  # optional; travel as SkyPilot secrets, never as --env
 SA_FIELDS = ("type", "project_id", "private_key", "client_email", "token_uri")
 RESULT_PREFIX = "W8_RESULT "
 RESULT_MAX_BYTES = 8 << 20  # a bigger artifact is not a "small" one; it stays on the node
@@ -131,19 +132,24 @@ def knob_envs(env: Mapping[str, str]) -> list[tuple[str, str]]:
     return [(knob.env, env[knob.env]) for knob in KNOBS if env.get(knob.env, "") != ""]
 
 
-def launch_command(env: Mapping[str, str], yaml_path: str = "sky/r3.yaml", cluster: str = CLUSTER,
-                   sky: str = "sky") -> list[str]:
-    """sky launch -c CLUSTER -y --down YAML [--gpus G] --env K=V ... [--secret NAME].
+def launch_command(env: Mapping[str, str], resolved: Mapping[str, Any] | None = None,
+                   yaml_path: str = "sky/r3.yaml", cluster: str = CLUSTER, sky: str = "sky") -> list[str]:
+    """sky launch -c CLUSTER -y --down YAML --gpus G --num-nodes N [--image-id I] --env K=V ... [--secret NAME].
 
-    Knobs go as --env with their values (they are not secret). A secret goes as `--secret NAME`
-    without a value, so sky reads it from the environment and it never appears in a command line.
+    `env` holds what the user set (W8_* knobs, W8_PRESET, secrets); `resolved` the knobs as the node will
+    resolve them (preset under env), which decide the resources. Knobs go as --env with their values (they
+    are not secret). A secret goes as `--secret NAME` without a value, so sky reads it from the
+    environment and it never appears in a command line or log.
     """
     cmd = [sky, "launch", "-c", cluster, "-y", "--down", str(yaml_path)]
-    knobs = knob_envs(env)
-    gpus = dict(knobs).get("W8_ACCELERATORS")
-    if gpus:
-        cmd += ["--gpus", gpus]
-    for name, value in knobs:
+    resolved = resolved or {}
+    if resolved.get("accelerators"):
+        cmd += ["--gpus", str(resolved["accelerators"])]
+    if resolved.get("num_nodes"):
+        cmd += ["--num-nodes", str(resolved["num_nodes"])]
+    if resolved.get("image_id"):
+        cmd += ["--image-id", str(resolved["image_id"])]
+    for name, value in knob_envs(env):
         cmd += ["--env", f"{name}={value}"]
     sha = env.get("W8_GIT_SHA", "")
     if sha:
@@ -249,6 +255,20 @@ def render_tasks(scenarios: list[dict[str, Any]], yaml_path: Path = TASK_YAML, t
     return json.loads(lines[-1])
 
 
+def scenario_of(cmd: list[str]) -> dict[str, Any]:
+    """The `sky launch` command launch_command builds, as a render scenario (what the dry-run parses)."""
+    scenario: dict[str, Any] = {"env": [], "secrets": []}
+    flags = {"--gpus": "gpus", "--num-nodes": "num_nodes", "--image-id": "image_id"}
+    for flag, value in zip(cmd, cmd[1:]):
+        if flag == "--env":
+            scenario["env"].append(value.split("=", 1))
+        elif flag == "--secret":
+            scenario["secrets"].append(value)
+        elif flag in flags:
+            scenario[flags[flag]] = value
+    return scenario
+
+
 def render_task(env_overrides: Iterable[tuple[str, str]] = (), gpus: str | None = None,
                 secret_names: Iterable[str] = (), yaml_path: Path = TASK_YAML) -> dict:
     """One scenario of render_tasks; CloudError carries SkyPilot's rejection."""
@@ -264,8 +284,11 @@ def _render_one(sky: Any, config: dict, scenario: dict) -> dict:
     secrets = [(name, "<redacted>") for name in scenario.get("secrets") or []]
     try:
         task = sky.Task.from_yaml_config(config, env_overrides=envs or None, secrets_overrides=secrets or None)
-        if scenario.get("gpus"):  # what `sky launch --gpus` does: override every resource's accelerators
-            task.set_resources_override({"accelerators": scenario["gpus"]})
+        override = {k: scenario[s] for k, s in (("accelerators", "gpus"), ("image_id", "image_id")) if scenario.get(s)}
+        if override:  # what `sky launch --gpus/--image-id` do: override every resource's fields
+            task.set_resources_override(override)
+        if scenario.get("num_nodes"):  # sky launch --num-nodes
+            task.num_nodes = int(scenario["num_nodes"])
     except Exception as err:  # SkyPilot raises ValueError and its own exception types
         return {"error": f"{type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"}
     resources = list(task.resources)
@@ -274,6 +297,8 @@ def _render_one(sky: Any, config: dict, scenario: dict) -> dict:
         "accelerators": [r.accelerators for r in resources],
         "cloud": [str(r.cloud) for r in resources],
         "disk_size": [r.disk_size for r in resources],
+        "image_id": [r.image_id for r in resources],
+        "num_nodes": task.num_nodes,
         "envs": dict(task.envs),
         "secret_names": sorted(task.secrets),  # names only: values never leave this process
         "setup": task.setup or "",
@@ -332,10 +357,11 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[:300]}"
 
 
-def emit_results(run_dir: Path, names: Iterable[str], out=None) -> int:
+def emit_results(run_dir: Path, names: Iterable[str], out=None, run_id: str | None = None) -> int:
     """Print one W8_RESULT line per existing small file of run_dir; returns how many were printed."""
     out = out or sys.stdout
     run_dir = Path(run_dir)
+    run_id = run_id or run_dir.name
     count = 0
     for name in names:
         path = run_dir / name
@@ -344,9 +370,55 @@ def emit_results(run_dir: Path, names: Iterable[str], out=None) -> int:
         if path.stat().st_size > RESULT_MAX_BYTES:
             print(f"W8_RESULT_SKIPPED {name}: {path.stat().st_size} bytes is over {RESULT_MAX_BYTES}", file=out)
             continue
-        print(result_line(run_dir.name, path, name), file=out, flush=True)
+        print(result_line(run_id, path, name), file=out, flush=True)
         count += 1
     return count
+
+
+FAILURE_TAIL_LINES = 200
+FAILURE_TAIL_BYTES = 64 << 10
+FAILURE_RAY_FILES = 8  # newest non-empty Ray *.err files (worker crashes, vLLM start-up)
+
+
+def failure_logs(run_dir: Path, ray_logs: Path | None = None) -> list[Path]:
+    """The logs that explain a failed step: every *.log under the run folder (our step logs, SkyRL's
+    infra logs under trainer.log_path), then the newest non-empty Ray *.err files of this machine."""
+    found = sorted(p for p in Path(run_dir).rglob("*.log") if p.is_file() and p.stat().st_size)
+    ray_root = ray_logs or Path(os.environ.get("RAY_TMPDIR") or "/tmp/ray") / "session_latest" / "logs"
+    if ray_root.is_dir():
+        errs = [p for p in ray_root.glob("*.err") if p.is_file() and p.stat().st_size]
+        found += sorted(errs, key=lambda p: p.stat().st_mtime)[-FAILURE_RAY_FILES:]
+    return found
+
+
+def tail_text(path: Path, lines: int = FAILURE_TAIL_LINES, max_bytes: int = FAILURE_TAIL_BYTES) -> str:
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - max_bytes))
+        text = f.read().decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:]) + "\n"
+
+
+def emit_failure(run_dir: Path, step: str, exit_code: int, ray_logs: Path | None = None, out=None) -> list[str]:
+    """After a failed step: the tails of its logs as files under <run>/failure/ and as W8_RESULT records,
+    so `make results` brings the evidence home after --down. Returns the file names written."""
+    run_dir = Path(run_dir)
+    folder = run_dir / "failure"
+    folder.mkdir(parents=True, exist_ok=True)
+    names = []
+    for path in failure_logs(run_dir, ray_logs):
+        if folder in path.parents:
+            continue
+        source = path.relative_to(run_dir) if run_dir in path.parents else Path("ray") / path.name
+        name = f"failure-{step}-" + "-".join(source.parts)
+        (folder / name).write_text(tail_text(path))
+        names.append(name)
+    summary = {"step": step, "exit_code": exit_code, "tails": names, "lines_each": FAILURE_TAIL_LINES,
+               "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (folder / f"failure-{step}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    names.insert(0, f"failure-{step}.json")
+    emit_results(folder, names, out=out, run_id=run_dir.name)
+    return names
 
 
 def _emit_cli(argv: list[str]) -> int:
@@ -370,8 +442,12 @@ if __name__ == "__main__":
         raise SystemExit(_render_in_sky_env(rest))
     if command == "emit" and rest:
         raise SystemExit(_emit_cli(rest))
+    if command == "emit-failure" and len(rest) == 3:
+        emit_failure(Path(rest[0]), rest[1], int(rest[2]))
+        raise SystemExit(0)
     if command == "mint-token" and len(rest) == 1:
         raise SystemExit(_mint_in_sky_env(rest))
-    print("usage: python -m harness.cloud render YAML < SCENARIOS | mint-token KEY.json | emit RUN_DIR [STEP ...]",
+    print("usage: python -m harness.cloud render YAML < SCENARIOS | mint-token KEY.json | emit RUN_DIR [STEP ...] | "
+          "emit-failure RUN_DIR STEP EXIT_CODE",
           file=sys.stderr)
     raise SystemExit(2)

@@ -31,6 +31,8 @@ from typing import Any, Sequence
 COMPARE_VERSION = 1
 TASK_FIELDS = ("task_id", "split", "seed", "obs_id", "examples_per_obs", "examples_hash")
 KNOB_FIELDS = ("gold_threshold", "max_iterations", "reward_recall_weight", "search_c", "search_seed")
+# How the operator decodes: both arms must match (the model is the one thing that differs).
+DECODING_FIELDS = ("name", "max_new_tokens", "temperature", "dtype", "generation_config")
 MIN_CLASS_SHARE = 0.4  # same rule as harness.dataset: each class >= 40% of a task's examples
 
 
@@ -64,6 +66,11 @@ def check_comparable(frozen: dict[str, Any], trained: dict[str, Any]) -> None:
         if a != b:
             raise CompareError(f"different search settings: knobs.{key} is {a!r} in the frozen trace, "
                                f"{b!r} in the trained one")
+    for key in DECODING_FIELDS:
+        a, b = frozen.get("operator", {}).get(key), trained.get("operator", {}).get(key)
+        if a != b:
+            raise CompareError(f"different decoding: operator.{key} is {a!r} in the frozen trace, {b!r} in the "
+                               "trained one")
     check_balanced(frozen, "frozen")
     check_balanced(trained, "trained")
 

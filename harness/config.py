@@ -1,11 +1,16 @@
-"""Every knob of agent-rein in one table.
+"""Every knob of agent-rein in one table, and the preset files that set several at once.
 
 Each knob is an env var (``W8_...``) and a flag of the numbered scripts
 (``--trace-task-seed 7`` for ``W8_TRACE_TASK_SEED``). Precedence: flag > env >
-default. A bad value stops the program with one line naming the variable.
+preset > default. A bad value stops the program with one line naming the variable.
+
+A preset is a small file `presets/<name>.env` (one `W8_KNOB=value` a line, `#` comments),
+chosen with W8_PRESET: `make smoke`, `make local`, `make launch` and `make gpu-smoke` are
+the presets smoke, local, gcp and gpu-smoke. A preset only fills knobs the user did not
+set, so `make local W8_TRACE_MAX_ITERATIONS=8` wins over it.
 
     from harness.config import load_config
-    cfg = load_config()                       # env vars only
+    cfg = load_config()                       # env vars (and W8_PRESET) only
     cfg = load_config(argv=sys.argv[1:])      # flags too
     cfg.trace_task_seed, cfg.as_dict()
 """
@@ -17,7 +22,10 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 
 class ConfigError(ValueError):
@@ -73,6 +81,20 @@ def _accelerators():
     return check, "a SkyPilot accelerator string <name>[:<count>], e.g. A100:8"
 
 
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.env"))
+
+
+def _preset_name():
+    return (lambda v: v == "" or (PRESETS_DIR / f"{v}.env").is_file()), \
+        "'' or the name of a file presets/<name>.env (" + ", ".join(preset_names()) + ")"
+
+
+def _bucket():
+    return (lambda v: v == "" or re.fullmatch(r"(gs|file)://[^\s]+", v) is not None), \
+        "'' or a gs://bucket/prefix URI (file:// for tests)"
+
+
 def _knob(name, type_, default, doc, rule=None):
     check, text = rule if rule else ((lambda v: True), "")
     return Knob(name, type_, default, doc, check, text)
@@ -104,7 +126,8 @@ KNOBS: tuple[Knob, ...] = (
     _knob("train_count", int, 512, "number of train tasks (GRPO prompts)", _int_range(1)),
     _knob("train_examples_per_obs", int, 24, "labeled actions per train task", _int_range(2, 64)),
     _knob("grpo_epochs", int, 2, "passes over the train tasks", _int_range(1)),
-    _knob("grpo_max_steps", int, 0, "local backend: cap on GRPO steps (one train task each); 0 = epochs x train_count",
+    _knob("grpo_max_steps", int, 0, "cap on GRPO steps (local: one train task each; skyrl: trainer.max_training_steps); "
+          "0 = no cap",
           _int_range(0)),
     _knob("trace_task_seed", int, 7, "seed of the (first) held-out trace task", _int_range(0)),
     _knob("trace_examples_per_obs", int, 24, "labeled actions in a trace task", _int_range(2, 64)),
@@ -116,11 +139,38 @@ KNOBS: tuple[Knob, ...] = (
           _choice("auto", "local", "daytona")),
     _knob("sandbox_timeout_s", float, 2.0, "wall-time limit for one program on one task", _positive()),
     _knob("run_id", str, "", "run folder name; empty derives one from pipeline, model, seed and time"),
-    _knob("accelerators", str, "A100:8", "GPUs of the GCP node (sky launch --gpus); recorded in run_config.json",
+    _knob("accelerators", str, "A100:8", "GPUs of each GCP node (sky launch --gpus); recorded in run_config.json",
           _accelerators()),
+    _knob("num_nodes", int, 1, "GCP nodes (sky launch --num-nodes); SkyRL places policy, ref and engines on all",
+          _int_range(1, 16)),
+    _knob("bucket", str, "", "gs:// URI for SkyRL exports and checkpoints; needed with W8_NUM_NODES > 1",
+          _bucket()),
+    _knob("image_id", str, "", "GCP image of the node (sky launch --image-id); empty = SkyPilot's default GPU image"),
+    _knob("preset", str, "", "a file presets/<name>.env whose knobs fill in what is not set (smoke | local | gcp | "
+          "gpu-smoke)", _preset_name()),
 )
 
 BY_NAME = {k.name: k for k in KNOBS}
+BY_ENV = {k.env: k for k in KNOBS}
+
+
+def read_preset(name: str) -> dict[str, str]:
+    """presets/<name>.env as {W8_KNOB: value}; ConfigError naming the file and line of a bad entry."""
+    path = PRESETS_DIR / f"{name}.env"
+    if not path.is_file():
+        raise ConfigError(f"W8_PRESET={name!r}: no file presets/{name}.env (have: {', '.join(preset_names())})")
+    values: dict[str, str] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key not in BY_ENV or key == "W8_PRESET":
+            raise ConfigError(f"presets/{name}.env:{number}: {line!r} is not W8_KNOB=value for a knob of harness/config.py")
+        _validate(BY_ENV[key], value, f"{key} (presets/{name}.env:{number})")
+        values[key] = value
+    return values
 
 
 class Config:
@@ -173,6 +223,7 @@ def load_config(argv: Sequence[str] | None = None, env: dict[str, str] | None = 
         if not any(a.dest == KNOBS[0].name for a in parser._actions):
             add_flags(parser)
         flags = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
+    env = with_preset({**env, **({"W8_PRESET": flags["preset"]} if "preset" in flags else {})})
     values = {}
     for knob in KNOBS:
         if knob.name in flags:
@@ -181,10 +232,29 @@ def load_config(argv: Sequence[str] | None = None, env: dict[str, str] | None = 
             values[knob.name] = _validate(knob, env[knob.env], knob.env)
         else:
             values[knob.name] = knob.default
-    if values["backend"] == "skyrl" and values["grpo_max_steps"]:
-        raise ConfigError(f"W8_GRPO_MAX_STEPS={values['grpo_max_steps']}: applies to the local backend only "
-                          "(SkyRL trains whole epochs: set W8_GRPO_EPOCHS and W8_TRAIN_COUNT)")
+    check_together(values)
     return Config(values)
+
+
+def with_preset(env: Mapping[str, str]) -> dict[str, str]:
+    """env with the knobs of its W8_PRESET filled in where env leaves them unset (or empty)."""
+    env = dict(env)
+    name = env.get("W8_PRESET", "")
+    if name:
+        _validate(BY_NAME["preset"], name, "W8_PRESET")
+        for key, value in read_preset(name).items():
+            if env.get(key, "") == "":
+                env[key] = value
+    return env
+
+
+def check_together(values: Mapping[str, Any]) -> None:
+    """Rules between knobs (each alone is in range); ConfigError naming both."""
+    if values["num_nodes"] > 1 and not values["bucket"]:
+        raise ConfigError(f"W8_NUM_NODES={values['num_nodes']} needs W8_BUCKET=gs://<bucket>/<prefix>: FSDP rank 0 "
+                          "writes SkyRL's exports on whichever node it lands, so they must go to a bucket")
+    if values["num_nodes"] > 1 and values["backend"] != "skyrl":
+        raise ConfigError(f"W8_NUM_NODES={values['num_nodes']}: several nodes need W8_BACKEND=skyrl")
 
 
 def load_config_or_exit(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> Config:

@@ -80,14 +80,17 @@ class HarnessLegalityEnv(BaseTextEnv):
         self.turns += 1
         code, score = score_text(action, self.examples, self.recall_weight, self.timeout_s)
         gold = is_gold(score, self.gold_threshold)
+        # sandbox_failed: the sandbox, not the program, failed (the GRPO guard stops a run on it);
+        # reason is text: SkyRL's aggregation averages the numbers and drops it, the guard reads it.
         self._metrics = {"reward": score.reward, "balanced_accuracy": score.balanced_accuracy,
                          "effective_recall": score.effective_recall, "valid": float(score.valid),
-                         "gold": float(gold), "score_wall_s": score.wall_s}
+                         "gold": float(gold), "sandbox_failed": float(score.infra), "score_wall_s": score.wall_s,
+                         "reason": score.reason}
         metadata = {**self._metrics, "task_id": self.row_id, "reason": score.reason,
                     "n_examples": score.n_examples, "n_wrong": score.n_wrong, "code_chars": len(code)}
         return BaseTextEnvStepOutput(observations=[], reward=float(score.reward), done=True, metadata=metadata)
 
-    def get_metrics(self) -> dict[str, float]:
+    def get_metrics(self) -> dict[str, Any]:
         return dict(self._metrics)
 
 

@@ -261,6 +261,15 @@ class HFOperator(ChatOperator):
         return Generation(self.tokenizer.decode(new, skip_special_tokens=True), int(n_prompt), int(new.shape[0]))
 
 
+# The engine settings SkyRL's own vLLM servers use (skyrl/backends/skyrl_train/inference_servers/
+# utils.py, build_vllm_cli_args): bf16 weights (InferenceEngineConfig.model_dtype) and vLLM's own
+# generation defaults instead of the model's generation_config.json. The frozen and the trained
+# search both decode through this class, so both arms decode the same way, and the same way
+# GRPO sampled; compare refuses traces whose operators differ in these fields.
+VLLM_ENGINE_ARGS = {"dtype": "bfloat16", "generation_config": "vllm", "enable_prefix_caching": True,
+                    "trust_remote_code": True}
+
+
 class VLLMOperator(ChatOperator):
     """In-process `vllm.LLM` (GPU nodes); vllm is imported only when this is built."""
 
@@ -272,10 +281,15 @@ class VLLMOperator(ChatOperator):
         try:
             import vllm
         except ImportError:
-            raise OperatorError("operator vllm needs the vllm package (GPU node env: pip install skyrl[fsdp])") from None
+            raise OperatorError("operator vllm needs the vllm package (the GPU node's SkyRL env)") from None
         self.model = model
         self._vllm = vllm
-        self.llm = vllm.LLM(model=resolve_model_path(model), gpu_memory_utilization=gpu_memory_utilization)
+        self.llm = vllm.LLM(model=resolve_model_path(model), gpu_memory_utilization=gpu_memory_utilization,
+                            **VLLM_ENGINE_ARGS)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "dtype": VLLM_ENGINE_ARGS["dtype"],
+                "generation_config": VLLM_ENGINE_ARGS["generation_config"]}
 
     def complete(self, messages: list[dict[str, str]], seed: int) -> Generation:
         params = self._vllm.SamplingParams(max_tokens=self.max_new_tokens, temperature=self.temperature, seed=seed)

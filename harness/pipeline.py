@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from harness.config import BY_NAME, Config, ConfigError, add_flags, load_config, load_config_or_exit
+from harness.exports import newest_export
+from harness.config import BY_NAME, KNOBS, Config, ConfigError, add_flags, load_config, load_config_or_exit
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = "r3"
@@ -184,6 +185,13 @@ def load_run_config(run_dir: Path) -> dict[str, Any]:
     return json.loads((Path(run_dir) / "run_config.json").read_text())
 
 
+def record_sandbox(run_dir: Path, step: str, provenance: dict[str, Any]) -> None:
+    """run_config.json["sandbox"][step]: the backend that actually ran the step's programs, and any fallback."""
+    config = load_run_config(run_dir)
+    config.setdefault("sandbox", {})[step] = provenance
+    atomic_write_json(Path(run_dir) / "run_config.json", config)
+
+
 # ---- step markers --------------------------------------------------------------------------
 def marker_path(run_dir: Path, step: str) -> Path:
     if step not in STEPS:
@@ -271,6 +279,8 @@ def run_step(step: str, doc: str, body: Callable[[Config, Path, argparse.Namespa
         print(f"error: [{step}] {err}", file=sys.stderr)
         return 1
     wall_s = time.monotonic() - start
+    if result.extra.get("sandbox"):
+        record_sandbox(run_dir, step, result.extra["sandbox"])
     mark_done(run_dir, step, result.outputs, result.summary, wall_s, skipped=result.skipped, **result.extra)
     print(f"[{step}] {'skipped' if result.skipped else 'done'} in {wall_s:.1f}s: {result.summary}", flush=True)
     emit_step_results(run_dir, step)
@@ -344,18 +354,6 @@ def steps_summary(traces: list[dict[str, Any]]) -> str:
     return f"gold reached on {gold}/{len(traces)} task(s); steps_to_gold {'; '.join(parts)}"
 
 
-def newest_export(root: Path) -> Path | None:
-    """The newest `global_step_N/policy` under root (by N), or None."""
-    best: tuple[int, Path] | None = None
-    for policy in Path(root).glob("global_step_*/policy"):
-        match = re.fullmatch(r"global_step_(\d+)", policy.parent.name)
-        if match and (policy / "config.json").is_file():
-            step = int(match.group(1))
-            if best is None or step > best[0]:
-                best = (step, policy)
-    return best[1] if best else None
-
-
 def trainer(name: str) -> Callable[..., Any]:
     """harness.train_local.<name> (train_sft, train_grpo); StepError if the trainer lacks it."""
     try:
@@ -368,35 +366,29 @@ def trainer(name: str) -> Callable[..., Any]:
     return fn
 
 
-def run_skyrl(module: str, overrides: list[str], log_path: Path) -> None:
-    """Run a SkyRL entrypoint (`python -m module overrides...`) on the GPU node, output teed to log_path."""
-    cmd = [sys.executable, "-m", module, *overrides]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    print(f"$ python -m {module} ({len(overrides)} overrides, log {log_path.name})", flush=True)
-    with open(log_path, "a") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                      text=True, bufsize=1) as proc:
-        for line in proc.stdout:
-            log.write(line)
-            print(line, end="", flush=True)
-    if proc.returncode != 0:
-        raise StepError(f"{module} exited with {proc.returncode} (see {log_path})")
+def finish_training(run_dir: Path, out_dir: Path, kind: str, wall_s: float, extra: dict | None = None) -> StepResult:
+    """After SFT/GRPO: the newest export and <kind>_metrics.json (the trainer's metrics.json, annotated).
 
-
-def finish_training(run_dir: Path, out_dir: Path, kind: str, wall_s: float) -> StepResult:
-    """After SFT/GRPO: the newest export and <kind>_metrics.json (the trainer's metrics.json, annotated)."""
+    `extra` (what the trainer reports: override file, sandbox provenance, plan) goes into the
+    metrics file and the step's marker; a listed override file becomes an output too.
+    """
     policy = newest_export(out_dir)
     if policy is None:
         raise StepError(f"{kind} finished without an export under {out_dir} (global_step_N/policy with config.json)")
+    extra = dict(extra or {})
     trainer_metrics = out_dir / "metrics.json"
     metrics = json.loads(trainer_metrics.read_text()) if trainer_metrics.is_file() else {}
-    metrics = {**metrics, "policy": str(policy.relative_to(run_dir)), "train_wall_s": round(wall_s, 1)}
+    metrics = {**metrics, **extra, "policy": str(policy.relative_to(run_dir)), "train_wall_s": round(wall_s, 1)}
     name = f"{kind}_metrics.json"
     atomic_write_json(run_dir / name, metrics)
     outputs = [name, str(policy.relative_to(run_dir))]
     if (out_dir / "metrics.png").is_file():
         atomic_write_bytes(run_dir / f"{kind}_metrics.png", (out_dir / "metrics.png").read_bytes())
         outputs.append(f"{kind}_metrics.png")
-    return StepResult(outputs, f"{kind} export {policy.relative_to(run_dir)} in {wall_s:.0f}s")
+    if extra.get("overrides"):
+        outputs.append(extra["overrides"])
+    return StepResult(outputs, f"{kind} export {policy.relative_to(run_dir)} in {wall_s:.0f}s",
+                      extra={k: v for k, v in extra.items() if k in ("sandbox", "plan")})
 
 
 def small_artifacts(run_dir: Path, steps: Iterable[str] = STEPS) -> list[str]:
@@ -416,14 +408,30 @@ def _cli(argv: list[str]) -> int:
         except (ConfigError, RunError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
+        # stderr: stdout is the run dir, read by run_r3.sh
+        print(knobs_line(load_run_config(run_dir)["knobs"]), file=sys.stderr)
         done = [step for step in STEPS if step_is_done(run_dir, step)]
-        if done:  # stderr: stdout is the run dir, read by run_r3.sh
+        if done:
             print(f"resuming {run_dir.name}: {len(done)}/{len(STEPS)} steps complete, next "
                   f"{first_pending_step(run_dir) or 'none (finished)'}", file=sys.stderr)
         print(run_dir)
         return 0
-    print("usage: python -m harness.pipeline init", file=sys.stderr)
+    if len(argv) == 2 and argv[0] == "knob" and argv[1] in BY_NAME:
+        try:
+            print(getattr(load_config(), argv[1]))
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return 0
+    print("usage: python -m harness.pipeline init | knob NAME", file=sys.stderr)
     return 2
+
+
+def knobs_line(knobs: dict[str, Any]) -> str:
+    """The resolved knobs on one line, preset first: what this run is."""
+    preset = knobs.get("preset") or "none"
+    rest = " ".join(f"{knob.env}={knobs.get(knob.name)}" for knob in KNOBS if knob.name != "preset")
+    return f"knobs (preset {preset}): {rest}"
 
 
 if __name__ == "__main__":

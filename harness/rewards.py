@@ -76,11 +76,12 @@ class Score:
     failures: tuple[Failure, ...] = field(default_factory=tuple)
     predictions: tuple[bool | None, ...] = field(default_factory=tuple)
     wall_s: float = 0.0
+    infra: bool = False  # invalid because the sandbox failed, not the program (GRPO must not learn from it)
 
     def summary(self) -> dict[str, Any]:
         """The scalar fields (no failures, no predictions): what traces and logs keep."""
         keys = ("reward", "balanced_accuracy", "accuracy", "effective_recall", "valid", "reason",
-                "tpr", "tnr", "n_examples", "n_wrong", "n_bad_returns", "wall_s")
+                "tpr", "tnr", "n_examples", "n_wrong", "n_bad_returns", "wall_s", "infra")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -93,10 +94,10 @@ def _rate(hits: int, total: int) -> float | None:
     return hits / total if total else None
 
 
-def invalid_score(reason: str, n_examples: int = 0, wall_s: float = 0.0) -> Score:
+def invalid_score(reason: str, n_examples: int = 0, wall_s: float = 0.0, infra: bool = False) -> Score:
     """The score of a program that could not be run at all: reward 0 and the reason."""
     return Score(0.0, 0.0, 0.0, 0.0, False, _clip(reason) or "invalid program", n_examples=n_examples,
-                 wall_s=wall_s)
+                 wall_s=wall_s, infra=infra)
 
 
 def score_predictions(predictions: Sequence[Any], examples: Sequence[Example],
@@ -167,10 +168,10 @@ def _score_harness(code: str | None, examples: list[Example], recall_weight: flo
     try:
         run = runner(code, [e.unlabeled() for e in examples], timeout_s=timeout_s)
     except Exception as err:  # the sandbox must not take the search down with it
-        return invalid_score(f"sandbox failed: {type(err).__name__}: {err}", len(examples))
+        return invalid_score(f"sandbox failed: {type(err).__name__}: {err}", len(examples), infra=True)
     wall_s = float(getattr(run, "wall_s", 0.0) or 0.0)
     if not run.ok:
-        return invalid_score(run.error or "program failed", len(examples), wall_s)
+        return invalid_score(run.error or "program failed", len(examples), wall_s, bool(getattr(run, "infra", False)))
     errors = list(getattr(run, "example_errors", None) or [])
     return score_predictions(list(run.predictions or []), examples, recall_weight, errors, wall_s)
 

@@ -112,10 +112,12 @@ class HarnessRun:
     wall_s: float
     stdout_tail: str = ""
     backend: str = "local"
+    infra: bool = False  # the sandbox failed, not the program: a score of 0 here says nothing about the code
 
 
-def _failed(n: int, error: str, wall_s: float, backend: str = "local", why: str = "not run") -> HarnessRun:
-    return HarnessRun(False, error, (None,) * n, (why,) * n, wall_s, "", backend)
+def _failed(n: int, error: str, wall_s: float, backend: str = "local", why: str = "not run",
+            infra: bool = False) -> HarnessRun:
+    return HarnessRun(False, error, (None,) * n, (why,) * n, wall_s, "", backend, infra)
 
 
 def _request(code: str, examples: Sequence[Any], timeout_s: float, per_example_s: float) -> dict:
@@ -146,14 +148,14 @@ def _text_problem(code: Any) -> str:
 def _parse_reply(raw: Any, n: int, wall_s: float, backend: str) -> HarnessRun:
     """Trust nothing from inside: check every field's type and length."""
     if not isinstance(raw, dict):
-        return _failed(n, "sandbox reply was not an object", wall_s, backend)
+        return _failed(n, "sandbox reply was not an object", wall_s, backend, infra=True)
     if "fatal" in raw:
-        return _failed(n, f"sandbox error: {str(raw['fatal'])[:ERROR_CHARS]}", wall_s, backend)
+        return _failed(n, f"sandbox error: {str(raw['fatal'])[:ERROR_CHARS]}", wall_s, backend, infra=True)
     preds, errors = raw.get("predictions"), raw.get("errors")
     if not (isinstance(preds, list) and isinstance(errors, list) and len(preds) == n == len(errors)
             and all(p is None or type(p) is bool for p in preds) and all(isinstance(e, str) for e in errors)
             and type(raw.get("ok")) is bool and isinstance(raw.get("error"), str)):
-        return _failed(n, "sandbox reply malformed", wall_s, backend)
+        return _failed(n, "sandbox reply malformed", wall_s, backend, infra=True)
     out = raw.get("out") if isinstance(raw.get("out"), str) else ""
     return HarnessRun(raw["ok"], raw["error"][:ERROR_CHARS + 60], tuple(preds),
                       tuple(e[:ERROR_CHARS] for e in errors), wall_s, out[-STDOUT_TAIL_CHARS:], backend)
@@ -359,11 +361,11 @@ class DaytonaBackend:
         lines = [ln for ln in text.splitlines() if ln.startswith(RESULT_MARKER)]
         if not lines:
             code = getattr(response, "exit_code", "?")
-            return _failed(n, f"daytona run gave no result (exit code {code})", wall, "daytona")
+            return _failed(n, f"daytona run gave no result (exit code {code})", wall, "daytona", infra=True)
         try:
             raw = json.loads(lines[-1][len(RESULT_MARKER):])
         except ValueError:
-            return _failed(n, "daytona run gave a malformed result", wall, "daytona")
+            return _failed(n, "daytona run gave a malformed result", wall, "daytona", infra=True)
         return _parse_reply(raw, n, wall, "daytona")
 
     def close(self) -> None:
@@ -400,6 +402,7 @@ def _choose_backend() -> str:
         return "local"
     if not key:
         log.warning("sandbox: W8_SANDBOX=daytona but DAYTONA_API_KEY is not set; running harness code locally")
+        _note_fallback("W8_SANDBOX=daytona but DAYTONA_API_KEY is not set")
         return "local"
     try:
         backend = DaytonaBackend(api_key=key)
@@ -407,6 +410,7 @@ def _choose_backend() -> str:
     except Exception as err:  # unreachable service, bad key, SDK missing: all mean "use local"
         log.warning("sandbox: Daytona unavailable (%s); running harness code locally",
                     _mask(f"{type(err).__name__}: {err}", key)[:300])
+        _note_fallback(f"Daytona unavailable: {_mask(f'{type(err).__name__}: {err}', key)[:200]}")
         return "local"
     _state["daytona"] = backend
     return "daytona"
@@ -448,12 +452,17 @@ def run_harness(code: str, examples: Iterable[Any], timeout_s: float = 2.0,
     problem = _text_problem(code)
     if problem:
         return _failed(n, problem, time.monotonic() - started)
-    if _backend() == "daytona":
-        return _run_daytona(req, n, started)
+    run = _run_daytona(req, n, started) if _backend() == "daytona" else _run_local(req, n, started)
+    _count(run)
+    return run
+
+
+def _run_local(req: dict, n: int, started: float) -> HarnessRun:
     reply, error = _local_pool().run(req)
     wall = time.monotonic() - started
     if reply is None:
-        return _failed(n, error, wall, why="not finished: wall-time limit")
+        late = error.startswith("wall-time limit")  # the program's doing; a dead or garbled worker is ours
+        return _failed(n, error, wall, why="not finished: wall-time limit" if late else "not run", infra=not late)
     return _parse_reply(reply, n, wall, "local")
 
 
@@ -466,9 +475,32 @@ def _run_daytona(req: dict, n: int, started: float) -> HarnessRun:
                     _mask(f"{type(err).__name__}: {err}", backend.api_key)[:300])
         with _state_lock:
             _state["backend"] = "local"
-        reply, error = _local_pool().run(req)
-        wall = time.monotonic() - started
-        return _parse_reply(reply, n, wall, "local") if reply is not None else _failed(n, error, wall)
+        _note_fallback(f"Daytona run failed: {_mask(f'{type(err).__name__}: {err}', backend.api_key)[:200]}")
+        return _run_local(req, n, started)
+
+
+# What actually ran in this process: programs per backend, sandbox (infra) failures, fallbacks.
+_provenance: dict[str, Any] = {"runs": {}, "infra_failures": 0, "fallbacks": []}
+
+
+def _count(run: HarnessRun) -> None:
+    with _state_lock:
+        _provenance["runs"][run.backend] = _provenance["runs"].get(run.backend, 0) + 1
+        _provenance["infra_failures"] += int(run.infra)
+
+
+def _note_fallback(reason: str) -> None:
+    _provenance["fallbacks"].append({"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "to": "local",
+                                     "reason": reason})
+
+
+def sandbox_provenance() -> dict:
+    """Which backend ran this process's programs: what was asked, what is in use, counts per backend,
+    sandbox failures and every fallback to local (recorded in run_config.json and summary.md)."""
+    with _state_lock:
+        return {"requested": os.environ.get("W8_SANDBOX", "") or "auto", "backend": _state["backend"],
+                "runs": dict(_provenance["runs"]), "infra_failures": _provenance["infra_failures"],
+                "fallbacks": list(_provenance["fallbacks"])}
 
 
 def sandbox_info() -> dict:

@@ -1,22 +1,25 @@
 """The one place that renders SkyRL 0.4.0 override lists (GRPO and SFT) and validates them offline.
 
-    from harness.skyrl_config import grpo_overrides, sft_overrides, validate_overrides
-    grpo = grpo_overrides(cfg, model="Qwen/Qwen2.5-Coder-1.5B-Instruct", export_path=run_dir / "grpo")
-    sft = sft_overrides(cfg, export_path=run_dir / "sft")
-    validate_overrides(grpo, sft)        # SkyRL's own config classes and start-up checks, on a CPU
+    from harness.skyrl_config import render_all, validate_overrides
+    r = render_all(cfg, model="Qwen/Qwen2.5-Coder-1.5B-Instruct", run_dir=run_dir)   # rows, plan, budget check
+    validate_overrides(r.grpo, r.sft, r.lengths, cfg.operator_max_new_tokens)        # SkyRL's own checks, on a CPU
 
-`plan_for(accelerator, model)` derives everything that depends on the node from the
-SkyPilot accelerator string (`A100:8`, `H100:8`, `L4:1`, ...): GPU count, vLLM engines and
-tensor parallelism, batch sizes that divide (train batch / mini batch / micro batch per GPU
-with colocated policy, ref and engines), memory settings, and the logger (`console` unless
-WANDB_API_KEY is set). The settings that avoid the known SkyRL/vLLM failures are marked
-`# pitfall:` below and explained in TRAINING_PITFALLS.md.
+`plan_for(accelerator, model, n_train, num_nodes)` derives everything that depends on the
+cluster from the SkyPilot accelerator string (`A100:8`, `H100:8`, `L4:1`, ...) and the node
+count: vLLM engines and tensor parallelism over all GPUs of all nodes, batch sizes that
+divide (train batch / mini batch / micro batch per GPU with colocated policy, ref and
+engines), memory settings, and the logger (`console` unless WANDB_API_KEY is set). The
+settings that avoid the known SkyRL/vLLM failures are marked `# pitfall:` below and
+explained in TRAINING_PITFALLS.md.
+
+One token budget: GRPO's `max_generate_length` is W8_OPERATOR_MAX_NEW_TOKENS, the search's
+answer budget, and `check_budget` refuses a budget below the SFT answer's length.
 
 Validation runs what SkyRL runs at start-up (`SkyRLTrainConfig.from_cli_overrides` +
 `validate_cfg`; `SFTConfig.from_cli_overrides` + `validate_sft_cfg` + the SFT trainer's
 batch check) plus the checks SkyRL only makes once the cluster is up: the parquet columns,
 dataset size vs `train_batch_size`, and the longest real prompt vs `max_prompt_length`
-(SkyRL silently drops longer prompts). Prompt lengths use the policy's own tokenizer when it
+(SkyRL silently drops longer prompts). Token lengths use the policy's own tokenizer when it
 is available locally (always on the GPU node); on a CPU machine without it they are
 estimated with the embedded SmolLM2 tokenizer times ESTIMATE_MARGIN, and said so.
 """
@@ -38,11 +41,14 @@ GPU_MEMORY_GB = {"A100": 40, "A100-80GB": 80, "H100": 80, "H100-MEGA": 80, "H200
 PRE_AMPERE = {"T4", "V100", "V100-32GB", "P100", "P4", "K80"}
 GPU_COUNTS = (1, 2, 4, 8, 16)
 GROUP_SIZE = 8  # GRPO samples per prompt on the GPU node
-MAX_GENERATE_LENGTH = 2048  # the oracle harness is ~1.3k Qwen tokens; the answer must fit
 ESTIMATE_MARGIN = 1.25  # SmolLM2 token counts x this when the policy's tokenizer is not local
 PROMPT_ROUND = 128
 SFT_LR = 1.0e-5
 GRPO_LR = 1.0e-6
+GRPO_KL_COEF = 0.001
+GRPO_TEMPERATURE = 1.0
+GRPO_EVAL_INTERVAL = 5
+GRPO_CKPT_INTERVAL = 10
 
 
 class SkyRLConfigError(ValueError):
@@ -61,9 +67,10 @@ class Accelerator:
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything the node shape decides, derived once (see plan_for)."""
+    """Everything the cluster shape decides, derived once (see plan_for)."""
 
-    accelerator: Accelerator
+    accelerator: Accelerator  # per node
+    num_nodes: int
     tensor_parallel: int
     num_engines: int
     train_batch_size: int
@@ -74,6 +81,10 @@ class Plan:
     cpu_offload: bool
     enforce_eager: bool
     logger: str
+
+    @property
+    def total_gpus(self) -> int:
+        return self.accelerator.count * self.num_nodes
 
 
 def parse_accelerator(spec: str) -> Accelerator:
@@ -108,25 +119,38 @@ def _largest_divisor_at_most(n: int, cap: int) -> int:
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
 
-def plan_for(accelerator: str, model: str, n_train: int) -> Plan:
-    """Node-dependent settings for `model` on `accelerator` with `n_train` prompt rows."""
+def plan_for(accelerator: str, model: str, n_train: int, num_nodes: int) -> Plan:
+    """Cluster-dependent settings for `model` on `num_nodes` nodes of `accelerator` with `n_train` prompt rows.
+
+    Policy, ref and vLLM engines are colocated on every GPU of every node (SkyRL's
+    colocate_all): engines x TP = all GPUs. A shape the placement cannot serve raises
+    SkyRLConfigError naming the knob to change.
+    """
     acc = parse_accelerator(accelerator)
+    gpus = acc.count * num_nodes
     billions = model_billions(model)
     tp = 1  # bf16 weights must leave room for the KV cache next to the (offloaded) trainer
     while 2 * billions > 0.3 * acc.memory_gb * tp:
         tp *= 2
     if tp > acc.count:
         raise SkyRLConfigError(f"accelerator {acc}: {model} (~{billions:g}B) needs tensor parallel {tp} "
-                               f"> {acc.count} GPUs")
+                               f"> {acc.count} GPUs per node")
     # pitfall (colocated OOM): 16 bytes/param of fp32 weights+grads+Adam, sharded over the GPUs,
     # must fit beside the sleeping vLLM engine; otherwise FSDP offloads them to CPU.
-    cpu_offload = 16 * billions / acc.count > 0.5 * acc.memory_gb
-    train_batch = min(8 * acc.count, 2 ** int(math.log2(max(1, n_train))))
+    cpu_offload = 16 * billions / gpus > 0.5 * acc.memory_gb
+    train_batch = min(8 * gpus, 2 ** int(math.log2(max(1, n_train))))
     mini = max(1, train_batch // 2)
-    mini_per_gpu = mini * GROUP_SIZE // acc.count
-    micro = _largest_divisor_at_most(max(1, mini_per_gpu), 4 if acc.memory_gb >= 40 and not cpu_offload else 2)
-    return Plan(accelerator=acc, tensor_parallel=tp, num_engines=acc.count // tp, train_batch_size=train_batch,
-                mini_batch_size=mini, micro_train=micro, micro_forward=2 * micro,
+    if gpus & (gpus - 1):  # batches are powers of two: they split evenly only over a power of two of GPUs
+        raise SkyRLConfigError(f"W8_NUM_NODES={num_nodes} x {acc} = {gpus} GPUs: use a node count that makes a "
+                               "power of two of GPUs (1, 2, 4, 8, 16 nodes)")
+    if (mini * GROUP_SIZE) % gpus:
+        raise SkyRLConfigError(f"W8_NUM_NODES={num_nodes} x {acc} = {gpus} GPUs: a policy mini batch of {mini} "
+                               f"prompt(s) x {GROUP_SIZE} samples cannot be split over {gpus} GPUs; raise "
+                               f"W8_TRAIN_COUNT to >= {2 * gpus // GROUP_SIZE} or use fewer nodes")
+    mini_per_gpu = mini * GROUP_SIZE // gpus
+    micro = _largest_divisor_at_most(mini_per_gpu, 4 if acc.memory_gb >= 40 and not cpu_offload else 2)
+    return Plan(accelerator=acc, num_nodes=num_nodes, tensor_parallel=tp, num_engines=gpus // tp,
+                train_batch_size=train_batch, mini_batch_size=mini, micro_train=micro, micro_forward=2 * micro,
                 gpu_memory_utilization=0.6 if acc.memory_gb >= 40 else 0.5, cpu_offload=cpu_offload,
                 enforce_eager=acc.memory_gb < 40, logger="wandb" if os.environ.get("WANDB_API_KEY") else "console")
 
@@ -144,12 +168,13 @@ def sft_target_for(backend: str) -> str:
     return "oracle" if backend == "skyrl" else "compact"
 
 
-# ---- prompt lengths -------------------------------------------------------------------------
+# ---- token lengths --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Lengths:
     prompt_max: int  # longest train/eval prompt, chat template with generation prompt
     conversation_max: int  # longest SFT row (prompt + answer)
+    answer_max: int  # longest SFT answer (the assistant turn) + its end-of-turn token
     exact: bool  # counted with the policy's own tokenizer
     tokenizer: str
 
@@ -168,8 +193,9 @@ def _load_tokenizer(model: str):
 
 def measure_lengths(model: str, data: TrainingData) -> Lengths:
     """Token lengths of the real rows, as SkyRL's PromptDataset and SFT tokenizer will count them."""
-    import pyarrow.parquet as pq
     import json
+
+    import pyarrow.parquet as pq
 
     tok, exact, name = _load_tokenizer(model)
     prompts = [p for path in (data.train_parquet, data.eval_parquet)
@@ -178,31 +204,62 @@ def measure_lengths(model: str, data: TrainingData) -> Lengths:
                                                      return_dict=False)) for p in prompts)
     rows = [json.loads(line) for line in (data.sft_dir / "train.jsonl").read_text().splitlines() if line]
     longest_row = max(len(tok.apply_chat_template(r["messages"], tokenize=True, return_dict=False)) for r in rows)
+    longest_answer = max(len(tok(r["messages"][-1]["content"], add_special_tokens=False)["input_ids"]) + 1
+                         for r in rows)
     scale = 1.0 if exact else ESTIMATE_MARGIN
-    return Lengths(math.ceil(longest_prompt * scale), math.ceil(longest_row * scale), exact, name)
+    return Lengths(math.ceil(longest_prompt * scale), math.ceil(longest_row * scale),
+                   math.ceil(longest_answer * scale), exact, name)
+
+
+def check_budget(budget: int, lengths: Lengths) -> None:
+    """One token budget: the search's answers and GRPO's completions (max_generate_length) are both
+    W8_OPERATOR_MAX_NEW_TOKENS, and it must hold the SFT answer, or the trained model's answers are cut
+    into invalid code in step 04 and the run reports "not shrunk" because of a setting."""
+    if lengths.answer_max > budget:
+        how = "exact" if lengths.exact else f"estimated: {lengths.tokenizer} tokens x {ESTIMATE_MARGIN}"
+        raise SkyRLConfigError(f"W8_OPERATOR_MAX_NEW_TOKENS={budget} < the SFT answer's {lengths.answer_max} tokens "
+                               f"({how}): the trained model's answers would be cut in the search; raise it to "
+                               f">= {_round_up(lengths.answer_max, 256)}")
 
 
 # ---- rendering ------------------------------------------------------------------------------
 
-def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, export_path: str | Path,
-                epochs: int, run_name: str = "w8-biayn-r3") -> list[str]:
-    """The override list of `python -m harness.skyrl_main` (one setting a line, grouped)."""
-    export = Path(export_path)
+@dataclass(frozen=True)
+class Paths:
+    """Where a SkyRL run writes: exports and checkpoints (local, or the W8_BUCKET URI), infra logs (local)."""
+
+    export: str
+    logs: str
+
+    @property
+    def ckpt(self) -> str:
+        return f"{self.export}/ckpt"
+
+
+def paths_for(cfg: Any, run_dir: str | Path, kind: str) -> Paths:
+    """<run>/<kind> on one node; <bucket>/<run-id>/<kind> with W8_BUCKET (FSDP rank 0 may be on any node)."""
+    local = Path(run_dir) / kind
+    export = f"{cfg.bucket.rstrip('/')}/{Path(run_dir).name}/{kind}" if cfg.bucket else str(local)
+    return Paths(export=export, logs=str(local / "logs"))
+
+
+def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, paths: Paths, epochs: int,
+                budget: int, max_steps: int, run_name: str) -> list[str]:
+    """The override list of `python -m harness.skyrl_main grpo` (one setting a line, grouped)."""
     steps_per_epoch = max(1, data.n_train // plan.train_batch_size)
-    gpus = plan.accelerator.count
     return [
         # data: SkyRL parquet rows (harness.dataset.skyrl_row), prompts = node 0's prompt
         f"data.train_data=['{data.train_parquet}']",
         f"data.val_data=['{data.eval_parquet}']",
         f"environment.env_class={ENV_CLASS}",
-        # model and placement: everything colocated on one node
+        # model and placement: everything colocated on every GPU of every node
         f"trainer.policy.model.path={model}",
         "trainer.strategy=fsdp",
         "trainer.placement.colocate_all=true",
-        "trainer.placement.policy_num_nodes=1",
-        f"trainer.placement.policy_num_gpus_per_node={gpus}",
-        "trainer.placement.ref_num_nodes=1",
-        f"trainer.placement.ref_num_gpus_per_node={gpus}",
+        f"trainer.placement.policy_num_nodes={plan.num_nodes}",
+        f"trainer.placement.policy_num_gpus_per_node={plan.accelerator.count}",
+        f"trainer.placement.ref_num_nodes={plan.num_nodes}",
+        f"trainer.placement.ref_num_gpus_per_node={plan.accelerator.count}",
         # pitfall (colocated_all): policy GPUs must equal engines x TP
         f"generator.inference_engine.num_engines={plan.num_engines}",
         f"generator.inference_engine.tensor_parallel_size={plan.tensor_parallel}",
@@ -219,12 +276,14 @@ def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, ex
         # GRPO
         "trainer.algorithm.advantage_estimator=grpo",
         "trainer.algorithm.use_kl_loss=true",
-        "trainer.algorithm.kl_loss_coef=0.001",
+        f"trainer.algorithm.kl_loss_coef={GRPO_KL_COEF}",
         f"trainer.policy.optimizer_config.lr={GRPO_LR}",
         f"generator.n_samples_per_prompt={GROUP_SIZE}",
-        f"generator.sampling_params.max_generate_length={MAX_GENERATE_LENGTH}",
-        "generator.sampling_params.temperature=1.0",
+        # one token budget: GRPO's completions are as long as the search's answers (check_budget)
+        f"generator.sampling_params.max_generate_length={budget}",
+        f"generator.sampling_params.temperature={GRPO_TEMPERATURE}",
         f"trainer.epochs={epochs}",
+        *([f"trainer.max_training_steps={max_steps}"] if max_steps else []),
         # pitfall (batch sizes): train % mini == 0, per-GPU mini % micro == 0
         f"trainer.train_batch_size={plan.train_batch_size}",
         f"trainer.policy_mini_batch_size={plan.mini_batch_size}",
@@ -233,15 +292,16 @@ def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, ex
         # pitfall (silently dropped prompts): max_prompt_length covers the longest real prompt
         f"trainer.max_prompt_length={_round_up(lengths.prompt_max)}",
         f"trainer.eval_batch_size={max(1, data.n_eval)}",
-        "trainer.eval_before_train=true",
-        "trainer.eval_interval=5",
+        "trainer.eval_before_train=true",  # also the first sandbox check: a broken sandbox stops here
+        f"trainer.eval_interval={GRPO_EVAL_INTERVAL}",
         # pitfall (no config.json): HF export only with hf_save_interval > 0 -> export_path/global_step_N/policy
-        f"trainer.export_path={export}",
-        f"trainer.hf_save_interval={steps_per_epoch}",
-        f"trainer.ckpt_path={export / 'ckpt'}",
-        "trainer.ckpt_interval=10",
+        f"trainer.export_path={paths.export}",
+        f"trainer.hf_save_interval={min(steps_per_epoch, max_steps) if max_steps else steps_per_epoch}",
+        f"trainer.ckpt_path={paths.ckpt}",
+        f"trainer.ckpt_interval={GRPO_CKPT_INTERVAL}",
         "trainer.resume_mode=latest",
-        f"trainer.log_path={export / 'logs'}",
+        # SkyRL's infra logs (vLLM start-up, worker start): a failed step sends their tails home
+        f"trainer.log_path={paths.logs}",
         # pitfall (wandb without a key): console logger unless WANDB_API_KEY is set
         f"trainer.logger={plan.logger}",
         "trainer.project_name=w8-biayn",
@@ -249,11 +309,9 @@ def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, ex
     ]
 
 
-def render_sft(model: str, plan: Plan, data: TrainingData, lengths: Lengths, export_path: str | Path,
-               steps: int, run_name: str = "w8-biayn-r3-sft") -> list[str]:
-    """The override list of `python -m skyrl.train.main_sft`."""
-    export = Path(export_path)
-    gpus = plan.accelerator.count
+def render_sft(model: str, plan: Plan, data: TrainingData, lengths: Lengths, paths: Paths, steps: int,
+               run_name: str) -> list[str]:
+    """The override list of `python -m harness.skyrl_main sft` (SkyRL's SFT trainer)."""
     micro = 1 if plan.cpu_offload else 2
     return [
         "strategy=fsdp",
@@ -261,18 +319,18 @@ def render_sft(model: str, plan: Plan, data: TrainingData, lengths: Lengths, exp
         f"train_datasets=['{data.sft_dir}']",  # holds train.jsonl (chat `messages`)
         "train_dataset_splits=[train]",
         "messages_key=messages",
-        "placement.num_nodes=1",
-        f"placement.num_gpus_per_node={gpus}",
-        f"batch_size={gpus * micro * 2}",  # divisible by the DP size and the micro batch
+        f"placement.num_nodes={plan.num_nodes}",
+        f"placement.num_gpus_per_node={plan.accelerator.count}",
+        f"batch_size={plan.total_gpus * micro * 2}",  # divisible by the DP size and the micro batch
         f"micro_train_batch_size_per_gpu={micro}",
         f"num_steps={steps}",
         f"max_length={_round_up(lengths.conversation_max, 256)}",
         f"optimizer_config.lr={SFT_LR}",
         f"fsdp_config.cpu_offload={_bool(plan.cpu_offload)}",
         "num_workers=0",
-        f"export_path={export}",
+        f"export_path={paths.export}",
         f"hf_save_interval={steps}",  # pitfall (no config.json): export at the last step
-        f"ckpt_path={export / 'ckpt'}",
+        f"ckpt_path={paths.ckpt}",
         f"logger={plan.logger}",
         "project_name=w8-biayn",
         f"run_name={run_name}",
@@ -285,23 +343,40 @@ def training_data_for(cfg: Any, data_dir: str | Path | None = None) -> TrainingD
                                  gold_threshold=cfg.harness_gold_threshold, timeout_s=cfg.sandbox_timeout_s)
 
 
-def grpo_overrides(cfg: Any, model: str, export_path: str | Path, data_dir: str | Path | None = None,
-                   accelerator: str | None = None) -> list[str]:
-    """Prepare the rows (if needed) and render the GRPO overrides for cfg's knobs and accelerator."""
-    data = training_data_for(cfg, data_dir)
-    plan = plan_for(accelerator or cfg.accelerators, model, data.n_train)
-    return render_grpo(model, plan, data, measure_lengths(model, data), export_path, cfg.grpo_epochs,
-                       run_name=cfg.run_id or "w8-biayn-r3")
+@dataclass(frozen=True)
+class Rendered:
+    """Both override lists of one configuration, with what they were derived from."""
+
+    grpo: list[str]
+    sft: list[str]
+    plan: Plan
+    lengths: Lengths
+    data: TrainingData
 
 
-def sft_overrides(cfg: Any, export_path: str | Path, model: str | None = None, data_dir: str | Path | None = None,
-                  accelerator: str | None = None) -> list[str]:
-    """Prepare the rows (if needed) and render the SFT overrides (steps = W8_HARNESS_SFT_STEPS)."""
-    model = model or cfg.harness_model
+def render_all(cfg: Any, model: str, run_dir: str | Path, data_dir: str | Path | None = None,
+               lengths: Lengths | None = None) -> Rendered:
+    """Rows (built if needed), plan, token budget check and both override lists for cfg's knobs.
+
+    SkyRLConfigError in one line when the plan, the budget or the data cannot work.
+    """
     data = training_data_for(cfg, data_dir)
-    plan = plan_for(accelerator or cfg.accelerators, model, data.n_train)
-    return render_sft(model, plan, data, measure_lengths(model, data), export_path, max(1, cfg.harness_sft_steps),
-                      run_name=(cfg.run_id or "w8-biayn-r3") + "-sft")
+    plan = plan_for(cfg.accelerators, model, data.n_train, cfg.num_nodes)
+    lengths = lengths or measure_lengths(model, data)
+    check_budget(cfg.operator_max_new_tokens, lengths)
+    run_name = Path(run_dir).name or "w8-biayn-r3"
+    grpo = render_grpo(model, plan, data, lengths, paths_for(cfg, run_dir, "grpo"), cfg.grpo_epochs,
+                       cfg.operator_max_new_tokens, cfg.grpo_max_steps, run_name)
+    sft = render_sft(model, plan, data, lengths, paths_for(cfg, run_dir, "sft"), max(1, cfg.harness_sft_steps),
+                     run_name + "-sft")
+    return Rendered(grpo, sft, plan, lengths, data)
+
+
+def write_overrides(path: str | Path, overrides: Sequence[str]) -> Path:
+    """An override list as a file, one override a line (what the node ran, readable and diffable)."""
+    from harness.pipeline import atomic_write_text
+
+    return atomic_write_text(Path(path), "\n".join(overrides) + "\n")
 
 
 # ---- offline validation ---------------------------------------------------------------------
@@ -319,13 +394,8 @@ def _value(overrides: Sequence[str], key: str) -> str | None:
     return None
 
 
-def _list_value(overrides: Sequence[str], key: str) -> list[str]:
-    raw = _value(overrides, key) or "[]"
-    return [p.strip().strip("'\"") for p in raw.strip("[]").split(",") if p.strip()]
-
-
-def validate_grpo(overrides: Sequence[str], lengths: Lengths | None = None) -> Any:
-    """SkyRLTrainConfig.from_cli_overrides + validate_cfg + the dataset checks; returns the config."""
+def validate_grpo(overrides: Sequence[str], lengths: Lengths | None = None, budget: int | None = None) -> Any:
+    """SkyRLTrainConfig.from_cli_overrides + validate_cfg + the dataset and budget checks; returns the config."""
     from skyrl.train.config import SkyRLTrainConfig
     from skyrl.train.utils.utils import validate_cfg
 
@@ -348,6 +418,11 @@ def validate_grpo(overrides: Sequence[str], lengths: Lengths | None = None) -> A
     if lengths is not None and lengths.prompt_max > cfg.trainer.max_prompt_length:
         raise SkyRLConfigError(f"longest prompt is {lengths.prompt_max} tokens ({lengths.tokenizer}) > "
                                f"trainer.max_prompt_length={cfg.trainer.max_prompt_length}: SkyRL would drop it")
+    generate = cfg.generator.sampling_params.max_generate_length
+    if budget is not None and generate != budget:
+        raise SkyRLConfigError(f"generator.sampling_params.max_generate_length={generate} but the search answers "
+                               f"in W8_OPERATOR_MAX_NEW_TOKENS={budget} tokens: GRPO must train the budget the "
+                               "trace measures")
     return cfg
 
 
@@ -389,15 +464,16 @@ def _check_model_path(path: str | None) -> None:
             raise SkyRLConfigError(str(err)) from None
 
 
-def validate_overrides(grpo: Sequence[str], sft: Sequence[str] | None = None, lengths: Lengths | None = None) -> dict:
+def validate_overrides(grpo: Sequence[str], sft: Sequence[str] | None = None, lengths: Lengths | None = None,
+                       budget: int | None = None) -> dict:
     """Both lists through SkyRL's config classes and start-up checks; a short summary of the result."""
-    cfg = validate_grpo(grpo, lengths)
-    summary = {"gpus": cfg.trainer.placement.policy_num_gpus_per_node,
+    cfg = validate_grpo(grpo, lengths, budget)
+    summary = {"nodes": cfg.trainer.placement.policy_num_nodes, "gpus": cfg.trainer.placement.policy_num_gpus_per_node,
                "engines": cfg.generator.inference_engine.num_engines,
                "tp": cfg.generator.inference_engine.tensor_parallel_size,
                "train_batch_size": cfg.trainer.train_batch_size, "mini_batch": cfg.trainer.policy_mini_batch_size,
                "micro": cfg.trainer.micro_train_batch_size_per_gpu, "max_prompt_length": cfg.trainer.max_prompt_length,
-               "logger": cfg.trainer.logger}
+               "logger": cfg.trainer.logger, "max_generate_length": cfg.generator.sampling_params.max_generate_length}
     if sft is not None:
         s = validate_sft(sft, lengths)
         summary.update(sft_batch=s.batch_size, sft_steps=s.num_steps, sft_max_length=s.max_length)

@@ -1,108 +1,380 @@
-"""SkyRL GRPO entrypoint on the GPU node: `python -m harness.skyrl_main <overrides...>`.
+"""SkyRL on the GPU node(s): what steps 02/03 call, and the entrypoints they start.
 
-    python -m harness.skyrl_main $(python -c "...grpo_overrides(...)")   # what scripts/03_grpo.py runs
+    train_skyrl(cfg, run_dir, "grpo", model)           # render, save the overrides, run, fetch the export
+    python -m harness.skyrl_main grpo <overrides...>   # GRPO: SkyRL's BasePPOExp + our env, generator, callbacks
+    python -m harness.skyrl_main sft <overrides...>    # SFT: SkyRL's SFTTrainer + our metrics callback
 
-Same shape as SkyRL's examples/train/multiply/main_multiply.py: parse and validate the
-overrides on the head process, start Ray, and run training inside one Ray task that first
-registers `harness_legality` (registration is per process, so it must happen where the
-generator builds envs). The repo root is put on PYTHONPATH before Ray starts, so the
-string entry point `harness.env:HarnessLegalityEnv` imports in every Ray worker.
+Same shape as SkyRL's examples/train/multiply/main_multiply.py and skyrl.train.main_sft:
+parse and validate the overrides on the head process, start (or join) Ray, and run training
+inside one Ray task that first registers `harness_legality` (registration is per process,
+so it must happen where the generator builds envs). That task is pinned to the head node,
+where the rows and the run folder are; the repo root is on PYTHONPATH so the string entry
+point `harness.env:HarnessLegalityEnv` imports in every worker.
 
-Before any GPU work it re-checks the rows with the policy's real tokenizer (prompt length
-vs max_prompt_length, dataset size vs train_batch_size): the dry-run could only estimate.
-Every metrics dict SkyRL logs is also appended to <export_path>/metrics.jsonl; at the end
-it is summarised into <export_path>/metrics.json and metrics.png (harness.train_local).
+What we add to SkyRL's own loop, all through its public hooks:
+- `MetricsLog` (a TrainingCallback): every dict SkyRL logs (timing/*, reward/*, environment/*,
+  policy/*, train/*) is appended to <export>/metrics.jsonl, summarised into metrics.json/png;
+- `HarnessGenerator` (SkyRLGymGenerator + `harness/*` rollout metrics): per batch the reward
+  mean/std, valid-program rate, sandbox-failure rate and the share of zero-variance groups
+  (groups whose samples all scored the same: no GRPO signal);
+- `TrainingGuard`: the first batches (eval before training included) stop the run with one
+  line when the sandbox failed on every program, or when no program in any group was valid,
+  instead of training on all-zero rewards and reporting "trained = frozen".
+Before any GPU work the rows are re-checked with the policy's real tokenizer (prompt length,
+dataset size, the one token budget): the dry-run could only estimate.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
+KINDS = ("sft", "grpo")
 # pitfall (placement-group stalls): SkyRL reads this at import; the first start of a node
 # (vLLM compile, worker package set-up) can take longer than its 180 s default.
 os.environ.setdefault("SKYRL_RAY_PG_TIMEOUT_IN_S", "600")
+GUARD_BATCHES = 2  # generate() calls the guard watches: eval before training + the first step
 
 
-def _jsonl_tracking(base, path: Path):
-    """A SkyRL Tracking that also appends each numeric metrics dict to `path`."""
-
-    class JsonlTracking(base):
-        def log(self, data, step, commit=False):
-            row = {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "a") as f:
-                f.write(json.dumps({"step": int(step), **row}) + "\n")
-            return super().log(data, step, commit=commit) if "commit" in base.log.__code__.co_varnames \
-                else super().log(data, step)
-
-    return JsonlTracking
+class TrainingGuardError(RuntimeError):
+    """The run would train on nothing (broken sandbox, no valid program); the message says which."""
 
 
-def _entrypoint(cfg) -> None:
+class SkyRLRunError(RuntimeError):
+    """A SkyRL step failed on the caller's side (entrypoint exit, missing export); one line."""
+
+
+# ---- metrics: per batch, per step -----------------------------------------------------------
+
+def group_stats(instance_ids: Sequence[str], rewards: Sequence[Any], env_metrics: Sequence[dict]) -> dict:
+    """Reward mean/std, valid and sandbox-failure rates, and the share of zero-variance groups of one batch."""
+    flat = [float(sum(r)) if isinstance(r, list) else float(r) for r in rewards]
+    groups: dict[str, list[float]] = {}
+    for uid, reward in zip(instance_ids, flat):
+        groups.setdefault(uid, []).append(reward)
+    n = max(1, len(flat))
+    mean = sum(flat) / n
+    return {"reward_mean": mean, "reward_std": (sum((r - mean) ** 2 for r in flat) / n) ** 0.5,
+            "valid_rate": sum(float(m.get("valid", 0.0)) for m in env_metrics) / n,
+            "sandbox_failure_rate": sum(float(m.get("sandbox_failed", 0.0)) for m in env_metrics) / n,
+            "zero_variance_groups": sum(max(g) - min(g) <= 1e-9 for g in groups.values()) / max(1, len(groups)),
+            "groups": float(len(groups)), "samples": float(len(flat))}
+
+
+class TrainingGuard:
+    """Stops a run in its first batches when it cannot learn anything (see module doc)."""
+
+    def __init__(self, batches: int = GUARD_BATCHES):
+        self.batches, self.seen, self.empty = batches, 0, 0
+
+    def check(self, stats: dict, env_metrics: Sequence[dict]) -> None:
+        if self.seen >= self.batches:
+            return
+        self.seen += 1
+        reason = next((str(m.get("reason")) for m in env_metrics if m.get("reason")), "")
+        if stats["samples"] and stats["sandbox_failure_rate"] >= 1.0:
+            raise TrainingGuardError(f"the sandbox failed on all {int(stats['samples'])} programs of batch "
+                                     f"{self.seen} ({reason[:160]}): fix the sandbox (python -c 'from "
+                                     "harness.sandbox import sandbox_info; print(sandbox_info())') before training")
+        self.empty = self.empty + 1 if stats["valid_rate"] == 0.0 else 0
+        if self.empty >= self.batches:
+            raise TrainingGuardError(f"no valid program in any group of the first {self.batches} batches (last "
+                                     f"reason: {reason[:160]}): every GRPO advantage is 0; check the sandbox, the "
+                                     "prompt and W8_OPERATOR_MAX_NEW_TOKENS before paying for more steps")
+
+
+def _callback_base():
+    try:
+        from skyrl.train.utils.callbacks import TrainingCallback
+    except ImportError:  # the caller side of a CPU machine without SkyRL's trainer: the log still works
+        return object
+    return TrainingCallback
+
+
+class MetricsLog(_callback_base()):
+    """A SkyRL TrainingCallback: every numeric value SkyRL is about to log, appended to a JSONL file."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def on_log(self, trainer, callback_input, control) -> None:
+        logs = callback_input.logs or {}
+        row = {k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"step": int(callback_input.global_step), **row}) + "\n")
+
+
+def summarize_skyrl_metrics(jsonl: str | Path, out_dir: str | Path, kind: str) -> Path | None:
+    """metrics.json/png from the rows MetricsLog wrote: one record per training step, SkyRL's key names."""
+    from harness.train_local import write_metrics
+
+    path = Path(jsonl)
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    steps = [skyrl_step_record(row) for row in rows if "timing/step" in row]
+    evals = [{"step": row["step"], **{k: v for k, v in row.items() if k.startswith("eval/")}}
+             for row in rows if any(k.startswith("eval/") for k in row)]
+    return write_metrics(Path(out_dir), kind, steps, {"backend": "skyrl", "source": path.name, "evals": evals})
+
+
+def skyrl_step_record(row: dict) -> dict:
+    """One training step's numbers under our metric names (None where SkyRL did not log them)."""
+    timing = {k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("timing/")}
+    return {"step": int(row["step"]), "step_time_s": row.get("timing/step"),
+            "reward_mean": row.get("reward/avg_raw_reward"), "reward_std": row.get("harness/reward_std"),
+            "valid_rate": row.get("environment/valid"), "balanced_accuracy": row.get("environment/balanced_accuracy"),
+            "sandbox_failure_rate": row.get("environment/sandbox_failed"),
+            "zero_variance_groups": row.get("harness/zero_variance_groups"),
+            "loss": row.get("policy/final_loss", row.get("train/loss")), "kl": row.get("policy/policy_kl"),
+            "completion_length": row.get("generate/avg_num_tokens"), "timing": timing}
+
+
+# ---- inside the Ray task --------------------------------------------------------------------
+
+def harness_generator_class():
+    """SkyRLGymGenerator with our per-batch metrics and the training guard (built lazily: GPU env only)."""
+    from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator
+
+    class HarnessGenerator(SkyRLGymGenerator):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.guard = TrainingGuard()
+
+        async def generate(self, input_batch, disable_tqdm: bool = False):
+            out = await super().generate(input_batch, disable_tqdm)
+            ids = [t.instance_id for t in input_batch.get("trajectory_ids") or []] or \
+                [str(i) for i in range(len(out["rewards"]))]
+            metrics = out.get("env_metrics") or [{} for _ in out["rewards"]]
+            stats = group_stats(ids, out["rewards"], metrics)
+            if out.get("rollout_metrics") is not None:
+                out["rollout_metrics"].update({f"harness/{k}": v for k, v in stats.items()})
+            self.guard.check(stats, metrics)
+            return out
+
+    return HarnessGenerator
+
+
+def write_sandbox_record(folder: str | Path) -> Path:
+    """sandbox.json: which backend ran the rewards' programs in this process (and any fallback)."""
+    from harness.sandbox import sandbox_provenance
+
+    path = Path(folder) / "sandbox.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(sandbox_provenance(), indent=1) + "\n")
+    return path
+
+
+def grpo_entrypoint(cfg, metrics_path: str) -> None:
+    """Runs in the Ray task: register the env, then SkyRL's BasePPOExp with our generator and callback."""
+    from skyrl.backends.skyrl_train.inference_servers.utils import resolve_policy_model_name
     from skyrl.train.entrypoints.main_base import BasePPOExp
-    from skyrl.train.utils.tracking import Tracking
+    from skyrl.train.trainer import RayPPOTrainer
 
     from harness.env import register_env
 
-    register_env()  # inside the Ray task: this process's generator calls skyrl_gym.make
-    metrics_path = Path(cfg.trainer.export_path) / "metrics.jsonl"
+    register_env()  # this process's generator calls skyrl_gym.make
+    metrics = MetricsLog(metrics_path)
 
     class Exp(BasePPOExp):
-        def get_tracker(self):
-            return _jsonl_tracking(Tracking, metrics_path)(
-                project_name=self.cfg.trainer.project_name, experiment_name=self.cfg.trainer.run_name,
-                backend=self.cfg.trainer.logger, config=self.cfg, tags=self.cfg.trainer.tags)
+        def get_generator(self, cfg, tokenizer, inference_engine_client):
+            return harness_generator_class()(
+                generator_cfg=cfg.generator, skyrl_gym_cfg=cfg.environment.skyrl_gym,
+                inference_engine_client=inference_engine_client, tokenizer=tokenizer,
+                policy_model_name=resolve_policy_model_name(cfg))
 
-    Exp(cfg).run()
+        def get_trainer(self, cfg, tracker, tokenizer, train_dataset, eval_dataset, inference_engine_client,
+                        generator, colocate_pg):
+            return RayPPOTrainer(cfg=cfg, tracker=tracker, tokenizer=tokenizer, train_dataset=train_dataset,
+                                 eval_dataset=eval_dataset, inference_engine_client=inference_engine_client,
+                                 generator=generator, colocate_pg=colocate_pg, callbacks=[metrics])
+
+    try:
+        Exp(cfg).run()
+    finally:
+        write_sandbox_record(Path(metrics_path).parent)
 
 
-def check_rows_on_node(cfg) -> None:
-    """Prompt lengths with the policy's own tokenizer; SystemExit with one line if a row would be dropped."""
+def sft_entrypoint(cfg, skyrl_cfg, metrics_path: str) -> None:
+    """Runs in the Ray task: SkyRL's SFTTrainer (as skyrl.train.main_sft) with our metrics callback."""
+    from skyrl.train.sft_trainer import SFTTrainer
+
+    trainer = SFTTrainer(cfg, skyrl_cfg=skyrl_cfg, callbacks=[MetricsLog(metrics_path)])
+    trainer.setup()
+    trainer.train()
+    trainer.shutdown()
+
+
+# ---- the head process -----------------------------------------------------------------------
+
+def _pinned_here():
+    """Ray options that keep a task on this (head) node: the rows and the run folder are here."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return {"num_cpus": 1, "scheduling_strategy": NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=False)}
+
+
+def replicate_model_dir(path: str) -> int:
+    """A local model folder (the SFT export) copied to the same path on every other Ray node; returns how
+    many nodes got it. Policy and vLLM workers on other nodes load the model from that path."""
+    import ray
+
+    folder = Path(path)
+    if not folder.is_dir():
+        return 0  # a hub id: every node fetches it from the hub itself
+    here = ray.get_runtime_context().get_node_id()
+    others = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["NodeID"] != here]
+    if not others:
+        return 0
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    files = {str(p.relative_to(folder)): ray.put(p.read_bytes()) for p in folder.rglob("*") if p.is_file()}
+
+    @ray.remote(num_cpus=1)
+    def write(root: str, refs: dict) -> int:
+        for rel, ref in refs.items():
+            target = Path(root) / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(ray.get(ref))
+        return len(refs)
+
+    ray.get([write.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+             .remote(str(folder), files) for node in others])
+    return len(others)
+
+
+def check_rows_on_node(cfg, budget: int | None) -> None:
+    """Prompt lengths and the token budget with the policy's own tokenizer; SkyRLRunError in one line."""
     from harness.dataset import TrainingData, check_skyrl_parquet
-    from harness.skyrl_config import SkyRLConfigError, measure_lengths
+    from harness.skyrl_config import SkyRLConfigError, check_budget, measure_lengths
 
     train, val = Path(cfg.data.train_data[0]), Path(cfg.data.val_data[0])
     data = TrainingData(train, val, train.parent / "sft", check_skyrl_parquet(train), check_skyrl_parquet(val))
     if data.n_train < cfg.trainer.train_batch_size:
-        raise SystemExit(f"error: {train} has {data.n_train} rows < trainer.train_batch_size="
-                         f"{cfg.trainer.train_batch_size}")
+        raise SkyRLRunError(f"{train} has {data.n_train} rows < trainer.train_batch_size={cfg.trainer.train_batch_size}")
     if not (data.sft_dir / "train.jsonl").is_file():
         return
     lengths = measure_lengths(cfg.trainer.policy.model.path, data)
     if lengths.prompt_max > cfg.trainer.max_prompt_length:
-        raise SystemExit(f"error: {SkyRLConfigError.__name__}: longest prompt {lengths.prompt_max} tokens "
-                         f"({lengths.tokenizer}) > trainer.max_prompt_length={cfg.trainer.max_prompt_length}")
+        raise SkyRLRunError(f"longest prompt {lengths.prompt_max} tokens ({lengths.tokenizer}) > "
+                            f"trainer.max_prompt_length={cfg.trainer.max_prompt_length}: SkyRL would drop it")
+    if budget is not None:
+        try:
+            check_budget(budget, lengths)
+        except SkyRLConfigError as err:
+            raise SkyRLRunError(str(err)) from None
+
+
+def _start_ray(skyrl_cfg) -> None:
+    from skyrl.train.utils import initialize_ray
+
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    initialize_ray(skyrl_cfg)
+
+
+def main_grpo(overrides: list[str], metrics_path: str) -> None:
+    import ray
+    from skyrl.train.config import SkyRLTrainConfig
+    from skyrl.train.utils.utils import validate_cfg
+
+    from harness.skyrl_config import validate_grpo
+
+    validate_grpo(overrides)
+    cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
+    validate_cfg(cfg)
+    check_rows_on_node(cfg, cfg.generator.sampling_params.max_generate_length)
+    _start_ray(cfg)
+    replicate_model_dir(cfg.trainer.policy.model.path)
+    ray.get(ray.remote(grpo_entrypoint).options(**_pinned_here()).remote(cfg, metrics_path))
+
+
+def main_sft(overrides: list[str], metrics_path: str) -> None:
+    import ray
+    from skyrl.train.config.sft_config import SFTConfig, build_skyrl_config_for_sft, validate_sft_cfg
+
+    from harness.skyrl_config import validate_sft
+
+    validate_sft(overrides)
+    cfg = SFTConfig.from_cli_overrides(overrides)
+    validate_sft_cfg(cfg)
+    skyrl_cfg = build_skyrl_config_for_sft(cfg)
+    _start_ray(skyrl_cfg)
+    replicate_model_dir(cfg.model.path)
+    ray.get(ray.remote(sft_entrypoint).options(**_pinned_here()).remote(cfg, skyrl_cfg, metrics_path))
 
 
 def main(argv: list[str] | None = None) -> int:
-    import ray
-    from skyrl.train.config import SkyRLTrainConfig
-    from skyrl.train.utils import initialize_ray
-    from skyrl.train.utils.utils import validate_cfg
+    from harness.skyrl_config import SkyRLConfigError
 
-    from harness.skyrl_config import SkyRLConfigError, validate_grpo
-
-    overrides = list(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in KINDS:
+        print(f"usage: python -m harness.skyrl_main {{{'|'.join(KINDS)}}} [--metrics PATH] <overrides...>",
+              file=sys.stderr)
+        return 2
+    kind, rest = argv[0], argv[1:]
+    metrics = rest[1] if rest[:1] == ["--metrics"] and len(rest) > 1 else f"{kind}-metrics.jsonl"
+    overrides = rest[2:] if rest[:1] == ["--metrics"] else rest
     try:
-        validate_grpo(overrides)
-    except SkyRLConfigError as err:
+        (main_grpo if kind == "grpo" else main_sft)(overrides, metrics)
+    except (SkyRLConfigError, SkyRLRunError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
-    validate_cfg(cfg)
-    check_rows_on_node(cfg)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    initialize_ray(cfg)
-    ray.get(ray.remote(num_cpus=1)(_entrypoint).remote(cfg))
-    export = Path(cfg.trainer.export_path)
-    from harness.train_local import summarize_skyrl_metrics
-
-    summarize_skyrl_metrics(export / "metrics.jsonl", export)
     return 0
+
+
+# ---- what steps 02 and 03 call --------------------------------------------------------------
+
+def run_entrypoint(kind: str, overrides: list[str], log_path: Path, metrics_path: Path) -> None:
+    """`python -m harness.skyrl_main KIND ...` in a subprocess, its output teed to log_path."""
+    cmd = [sys.executable, "-m", "harness.skyrl_main", kind, "--metrics", str(metrics_path), *overrides]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"$ python -m harness.skyrl_main {kind} ({len(overrides)} overrides, log {log_path.name})", flush=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+    with open(log_path, "a") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                      text=True, bufsize=1, env=env, cwd=REPO) as proc:
+        for line in proc.stdout:
+            log.write(line)
+            print(line, end="", flush=True)
+    if proc.returncode != 0:
+        raise SkyRLRunError(f"skyrl {kind} exited with {proc.returncode} (log {log_path}; its tail comes home "
+                            "as failure-* records)")
+
+
+def train_skyrl(cfg, run_dir: Path, kind: str, model: str) -> dict:
+    """Render and save the overrides (<run>/skyrl_<kind>_overrides.txt), run SkyRL, fetch the export from the
+    bucket if there is one, summarise the metrics; returns what the step records."""
+    from harness.exports import fetch_newest_export, newest_export
+    from harness.skyrl_config import paths_for, render_all, validate_overrides, write_overrides
+
+    rendered = render_all(cfg, model, run_dir, data_dir=run_dir / "data")
+    overrides = rendered.grpo if kind == "grpo" else rendered.sft
+    validate_overrides(rendered.grpo, rendered.sft, rendered.lengths, cfg.operator_max_new_tokens)
+    write_overrides(run_dir / f"skyrl_{kind}_overrides.txt", overrides)
+    out_dir = run_dir / kind
+    metrics_path = out_dir / "metrics.jsonl"
+    start = time.monotonic()
+    run_entrypoint(kind, overrides, out_dir / f"skyrl_{kind}.log", metrics_path)
+    export = paths_for(cfg, run_dir, kind).export
+    if "://" in export:
+        fetch_newest_export(export, out_dir)
+    if newest_export(out_dir) is None:
+        raise SkyRLRunError(f"skyrl {kind} finished without an export under {export} (global_step_N/policy)")
+    summarize_skyrl_metrics(metrics_path, out_dir, kind)
+    sandbox = out_dir / "sandbox.json"
+    return {"train_wall_s": round(time.monotonic() - start, 1), "overrides": f"skyrl_{kind}_overrides.txt",
+            "sandbox": json.loads(sandbox.read_text()) if sandbox.is_file() else None,
+            "plan": {"nodes": rendered.plan.num_nodes, "gpus": rendered.plan.total_gpus,
+                     "engines": rendered.plan.num_engines, "tp": rendered.plan.tensor_parallel,
+                     "train_batch_size": rendered.plan.train_batch_size}}
 
 
 if __name__ == "__main__":

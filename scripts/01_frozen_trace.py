@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.pipeline import StepResult, run_trace_searches, run_step, steps_summary, write_traces  # noqa: E402
+from harness.sandbox import sandbox_provenance  # noqa: E402
 
 STEP = "01_frozen_trace"
 
@@ -25,7 +26,7 @@ STEP = "01_frozen_trace"
 def body(cfg, run_dir: Path, args) -> StepResult:
     traces = run_trace_searches(cfg, run_dir, "frozen")
     write_traces(run_dir / "frozen_trace.json", "frozen", cfg.harness_model, traces)
-    return StepResult(["frozen_trace.json"], steps_summary(traces))
+    return StepResult(["frozen_trace.json"], steps_summary(traces), extra={"sandbox": sandbox_provenance()})
 
 
 if __name__ == "__main__":

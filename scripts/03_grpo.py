@@ -2,13 +2,15 @@
 
     python scripts/03_grpo.py                                   # local: TRL GRPOTrainer on CPU
     W8_RUN_ID=demo W8_TRAIN_COUNT=4 W8_GRPO_EPOCHS=1 python scripts/03_grpo.py   # tiny CPU variant
-    W8_BACKEND=skyrl python scripts/03_grpo.py                  # GPU node: harness.skyrl_main (Ray, vLLM, FSDP)
+    W8_BACKEND=skyrl python scripts/03_grpo.py                  # GPU node: harness.skyrl_main grpo (Ray, vLLM, FSDP)
 
 Starts from step 02's newest export when SFT ran, else from W8_HARNESS_MODEL. The reward is
 HarnessLegalityEnv.step (harness/env.py) on train tasks only: the composite reward of the
 answer's harness on the task's labeled actions, the same path on CPU and on the GPU node.
 Writes <run>/grpo/global_step_N/policy (step 04 searches with the newest) and
-<run>/grpo_metrics.json. Ends with one line: the export and the wall time.
+<run>/grpo_metrics.json (per step: reward mean/std, valid-program rate, zero-variance
+groups, loss, timings; on SkyRL also the sandbox that ran and <run>/skyrl_grpo_overrides.txt).
+Ends with one line: the export and the wall time.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.pipeline import StepResult, finish_training, newest_export, run_skyrl, run_step, trainer  # noqa: E402
+from harness.exports import newest_export  # noqa: E402
+from harness.pipeline import StepError, StepResult, finish_training, run_step, trainer  # noqa: E402
 
 STEP = "03_grpo"
 
@@ -29,30 +32,34 @@ def start_model(cfg, run_dir: Path) -> str:
     return str(sft) if sft is not None else cfg.harness_model
 
 
-def train_local(cfg, model: str, out_dir: Path) -> None:
+def train_local(cfg, model: str, run_dir: Path) -> dict:
+    from harness.sandbox import sandbox_provenance
     from harness.train_local import resolve_model
 
     # completions get the operator's token budget: what GRPO trains to write fits what the search lets it write
-    trainer("train_grpo")(resolve_model(model), out_dir, train_count=cfg.train_count,
+    trainer("train_grpo")(resolve_model(model), run_dir / "grpo", train_count=cfg.train_count,
                           examples_per_obs=cfg.train_examples_per_obs, epochs=cfg.grpo_epochs,
                           max_steps=cfg.grpo_max_steps or None, max_completion_length=cfg.operator_max_new_tokens,
-                          data_dir=out_dir.parent / "data")
+                          data_dir=run_dir / "data")
+    return {"sandbox": sandbox_provenance()}
 
 
-def train_skyrl(cfg, model: str, out_dir: Path) -> None:
-    from harness.skyrl_config import grpo_overrides
+def train_skyrl(cfg, model: str, run_dir: Path) -> dict:
+    from harness.skyrl_config import SkyRLConfigError
+    from harness.skyrl_main import SkyRLRunError, train_skyrl
 
-    overrides = grpo_overrides(cfg, model=model, export_path=out_dir, data_dir=out_dir.parent / "data")
-    run_skyrl("harness.skyrl_main", overrides, out_dir / "skyrl_grpo.log")
+    try:
+        return train_skyrl(cfg, run_dir, "grpo", model)
+    except (SkyRLConfigError, SkyRLRunError) as err:
+        raise StepError(str(err)) from None
 
 
 def body(cfg, run_dir: Path, args) -> StepResult:
     model = start_model(cfg, run_dir)
     print(f"[{STEP}] start model: {model}", flush=True)
-    out_dir = run_dir / "grpo"
     start = time.monotonic()
-    (train_local if cfg.backend == "local" else train_skyrl)(cfg, model, out_dir)
-    return finish_training(run_dir, out_dir, "grpo", time.monotonic() - start)
+    extra = (train_local if cfg.backend == "local" else train_skyrl)(cfg, model, run_dir)
+    return finish_training(run_dir, run_dir / "grpo", "grpo", time.monotonic() - start, extra)
 
 
 if __name__ == "__main__":

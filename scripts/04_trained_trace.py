@@ -17,8 +17,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.pipeline import (StepError, StepResult, newest_export, run_step, run_trace_searches,  # noqa: E402
-                              steps_summary, write_traces)
+from harness.exports import newest_export  # noqa: E402
+from harness.pipeline import StepError, StepResult, run_step, run_trace_searches, steps_summary, write_traces  # noqa: E402
+from harness.sandbox import sandbox_provenance  # noqa: E402
 
 STEP = "04_trained_trace"
 
@@ -32,7 +33,8 @@ def body(cfg, run_dir: Path, args) -> StepResult:
     trained = cfg.replace(harness_model=str(policy))
     traces = run_trace_searches(trained, run_dir, "trained")
     write_traces(run_dir / "trained_trace.json", "trained", str(policy.relative_to(run_dir)), traces)
-    return StepResult(["trained_trace.json"], steps_summary(traces), extra={"policy": str(policy)})
+    return StepResult(["trained_trace.json"], steps_summary(traces),
+                      extra={"policy": str(policy.relative_to(run_dir)), "sandbox": sandbox_provenance()})
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def train_fresh(args, base: str, out: Path, data) -> tuple[str, float, float, Pa
 
 def from_run(run_dir: Path) -> tuple[str, float, float, Path]:
     """The same four from a finished r3 run folder (its step markers and GRPO export)."""
-    from harness.pipeline import newest_export
+    from harness.exports import newest_export
 
     wall = {}
     for step in ("02_sft", "03_grpo"):

@@ -1,21 +1,30 @@
 """Render and validate everything a launch uses, offline and without cloud credentials: `make dry-run`.
 
-    python scripts/dry_run.py                                   # the knobs in the environment
-    W8_TRAIN_COUNT=1024 W8_ACCELERATORS=H100:8 python scripts/dry_run.py
+    make dry-run                                   # W8_PRESET=gcp under the W8_* you set
+    W8_PRESET=gpu-smoke python scripts/dry_run.py  # what make gpu-smoke launches
+    W8_NUM_NODES=2 W8_BUCKET=gs://my-bucket/r3 make dry-run
 
-1. knobs: every W8_* value range-checked (a bad one names its variable);
-2. sky/r3.yaml through SkyPilot's own parser (sky.Task.from_yaml_config, in .venv-sky) with
-   the env overrides and --gpus that `make launch` would pass; every knob must be in its envs;
-3. the SkyRL overrides through SkyRL's config (scripts/validate_skyrl.py);
-4. the datasets: held-out trace tasks and train tasks built and checked (balance, splits);
-5. scripts/run_r3.sh parsed by bash -n; `python -m compileall harness scripts`.
+1. knobs: every W8_* value range-checked with its preset (a bad one names its variable), and
+   what a launch needs before money is spent (skyrl backend, DAYTONA_API_KEY when
+   W8_SANDBOX=daytona);
+2. the node install spec (harness.node_env): SkyRL 0.4.0's fsdp pins from its PyPI sdist,
+   resolved with sky/requirements-node.txt for linux x86_64 / Python 3.12 (uv pip compile);
+3. sky/r3.yaml through SkyPilot's own parser (sky.Task.from_yaml_config, in .venv-sky) with
+   exactly the --env/--gpus/--num-nodes/--image-id/--secret that `make launch` passes;
+4. the SkyRL plans (scripts/validate_skyrl.py): the knobs' shape and 1, 2, 4 nodes of <GPU>:8
+   through SkyRL's config classes, the one token budget, prompt lengths;
+5. the datasets: held-out trace tasks and train tasks built and checked (balance, splits);
+6. scripts/run_r3.sh and scripts/node_setup.sh parsed by bash -n; `python -m compileall`.
 
-Fails (exit 1) on any error; ends with one line: k/n checks ok in S seconds (budget 60 s).
+Everything rendered (node env lock files, override lists, the sky command) goes to
+.w8-biayn/dry-run/<preset>/. Fails (exit 1) on any error; ends with one line: k/n checks ok
+in S seconds (budget 60 s).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -24,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.cloud import SECRETS, TASK_YAML, CloudError, knob_envs, render_task  # noqa: E402
-from harness.config import KNOBS, Config, ConfigError, load_config  # noqa: E402
+from harness.cloud import TASK_YAML, CloudError, launch_command, render_tasks, scenario_of  # noqa: E402
+from harness.config import BY_ENV, KNOBS, Config, ConfigError, load_config  # noqa: E402
 from harness.pipeline import REPO_ROOT, trace_seeds  # noqa: E402
 
 MIN_CLASS_SHARE = 0.4
@@ -65,41 +74,62 @@ class CheckError(RuntimeError):
     """A check failed; the message says what."""
 
 
-def check_yaml(cfg: Config) -> str:
-    overrides = knob_envs(os.environ)
-    gpus = os.environ.get("W8_ACCELERATORS") or None
+def check_launch_needs(cfg: Config) -> str:
+    if cfg.backend != "skyrl":
+        raise CheckError(f"W8_BACKEND={cfg.backend}: a GCP launch trains with skyrl (W8_PRESET=gcp or gpu-smoke)")
+    if cfg.sandbox == "daytona" and not os.environ.get("DAYTONA_API_KEY"):
+        raise CheckError("W8_SANDBOX=daytona but DAYTONA_API_KEY is not set: export it (it travels as a SkyPilot "
+                         "secret) or use W8_SANDBOX=auto")
+    keys = [name for name in ("DAYTONA_API_KEY", "WANDB_API_KEY") if os.environ.get(name)]
+    return (f"backend skyrl, {cfg.num_nodes} x {cfg.accelerators}, sandbox {cfg.sandbox}; secrets passed by name: "
+            f"{', '.join(keys) or 'none'}")
+
+
+def check_yaml(cfg: Config, out: Path) -> str:
+    cmd = launch_command(os.environ, cfg.as_dict())
+    (out / "sky_launch.txt").write_text(shlex.join(cmd) + "\n")
     try:
-        task = render_task(overrides, gpus=gpus, secret_names=SECRETS, yaml_path=TASK_YAML)
+        [task] = render_tasks([scenario_of(cmd)], TASK_YAML)
     except CloudError as err:
         raise CheckError(str(err)) from None
-    missing = [k.env for k in KNOBS if k.env not in task["envs"]]
-    if missing:
-        raise CheckError(f"sky/r3.yaml envs lack {', '.join(missing)} (every knob must be there with its default)")
-    for name, value in overrides:
+    if "error" in task:
+        raise CheckError(f"SkyPilot rejects {TASK_YAML.name} with this launch: {task['error']}")
+    unknown = [name for name in task["envs"] if name not in BY_ENV and name != "W8_GIT_SHA"]
+    if unknown:
+        raise CheckError(f"sky/r3.yaml envs {', '.join(unknown)} are not knobs of harness/config.py")
+    if task["envs"].get("W8_PRESET") != cfg.preset:
+        raise CheckError(f"W8_PRESET={cfg.preset!r} did not reach the task (got {task['envs'].get('W8_PRESET')!r})")
+    for name, value in [kv.split("=", 1) for kv in cmd if "=" in kv and kv.startswith("W8_")]:
         if task["envs"].get(name) != value:
-            raise CheckError(f"override {name}={value} did not reach the task (got {task['envs'].get(name)!r})")
-    if "scripts/run_r3.sh" not in task["run"]:
-        raise CheckError("sky/r3.yaml run does not call scripts/run_r3.sh")
-    if "skyrl[fsdp]==0.4.0" not in task["setup"]:
-        raise CheckError("sky/r3.yaml setup does not install skyrl[fsdp]==0.4.0")
-    missing_secrets = [name for name in SECRETS if name not in task["secret_names"]]
-    if missing_secrets:
-        raise CheckError(f"sky/r3.yaml does not declare the secret(s) {', '.join(missing_secrets)}")
-    return (f"{task['name']}: {task['cloud'][0]} {task['accelerators'][0]}, disk {task['disk_size'][0]} GB, "
-            f"{len(task['envs'])} envs ({len(overrides)} overridden), secrets {', '.join(task['secret_names'])}")
+            raise CheckError(f"--env {name}={value} did not reach the task (got {task['envs'].get(name)!r})")
+    if task["num_nodes"] != cfg.num_nodes:
+        raise CheckError(f"the task has {task['num_nodes']} node(s), W8_NUM_NODES={cfg.num_nodes}")
+    if "scripts/run_r3.sh" not in task["run"] or "scripts/node_setup.sh" not in task["setup"]:
+        raise CheckError("sky/r3.yaml must run scripts/node_setup.sh (setup) and scripts/run_r3.sh (run)")
+    missing = [name for name in ("DAYTONA_API_KEY", "WANDB_API_KEY") if name not in task["secret_names"]]
+    if missing:
+        raise CheckError(f"sky/r3.yaml does not declare the secret(s) {', '.join(missing)}")
+    return (f"{task['name']}: {task['cloud'][0]} {task['num_nodes']} x {task['accelerators'][0]}, disk "
+            f"{task['disk_size'][0]} GB, image {task['image_id'][0] or 'default'}, preset {cfg.preset}, "
+            f"{len(cmd)} launch args")
 
 
-def check_skyrl(cfg: Config) -> str:
-    script = REPO_ROOT / "scripts" / "validate_skyrl.py"
-    if not script.is_file():
-        raise CheckError("scripts/validate_skyrl.py is missing (SkyRL override validation)")
-    # rows go under .w8-biayn (ignored), not the trainer's default ~/data
-    proc = subprocess.run([sys.executable, str(script), "--data-dir", str(REPO_ROOT / ".w8-biayn" / "dry-run-data")],
-                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+def _subprocess_check(args: list[str], timeout: int = 300) -> str:
+    proc = subprocess.run([sys.executable, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
     out = (proc.stdout.strip().splitlines() or [""])[-1]
     if proc.returncode != 0:
         raise CheckError((proc.stderr.strip().splitlines() or [out or "failed"])[-1])
     return out
+
+
+def check_node_env(out: Path) -> str:
+    return _subprocess_check(["-m", "harness.node_env", "check", "--out", str(out / "node-env")])
+
+
+def check_skyrl(out: Path) -> str:
+    # rows go under .w8-biayn (ignored), not the trainer's default ~/data
+    return _subprocess_check(["scripts/validate_skyrl.py", "--data-dir", str(REPO_ROOT / ".w8-biayn" / "dry-run-data"),
+                              "--out", str(out / "plans")])
 
 
 def _balanced(task) -> bool:
@@ -127,10 +157,11 @@ def check_datasets(cfg: Config) -> str:
 
 
 def check_bash() -> str:
-    proc = subprocess.run(["bash", "-n", "scripts/run_r3.sh"], cwd=REPO_ROOT, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise CheckError(proc.stderr.strip().splitlines()[-1])
-    return "scripts/run_r3.sh parses"
+    for script in ("scripts/run_r3.sh", "scripts/node_setup.sh"):
+        proc = subprocess.run(["bash", "-n", script], cwd=REPO_ROOT, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CheckError(f"{script}: {(proc.stderr.strip().splitlines() or ['bash -n failed'])[-1]}")
+    return "scripts/run_r3.sh scripts/node_setup.sh parse"
 
 
 def check_compile() -> str:
@@ -150,11 +181,16 @@ def main() -> int:
         print(f"FAIL {'knobs':<14} {err}")
         print("dry-run: 0/1 checks ok")
         return 1
-    print(f"ok   {'knobs':<14} {len(KNOBS)} knobs in range (backend {cfg.backend}, model {cfg.harness_model})")
+    out = REPO_ROOT / ".w8-biayn" / "dry-run" / (cfg.preset or "none")
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"ok   {'knobs':<14} {len(KNOBS)} knobs in range (preset {cfg.preset or 'none'}, backend {cfg.backend}, "
+          f"model {cfg.harness_model}); rendered files in {out.relative_to(REPO_ROOT)}/")
     checks.results.append(True)
-    checks.run_together([("sky/r3.yaml", check_yaml, cfg), ("skyrl config", check_skyrl, cfg)])
+    checks.run("launch needs", check_launch_needs, cfg)
+    checks.run_together([("node env", check_node_env, out), ("sky/r3.yaml", check_yaml, cfg, out),
+                         ("skyrl plans", check_skyrl, out)])
     checks.run("datasets", check_datasets, cfg)
-    checks.run("run_r3.sh", check_bash)
+    checks.run("bash -n", check_bash)
     checks.run("compileall", check_compile)
     wall = time.monotonic() - start
     ok = sum(checks.results)

@@ -4,49 +4,77 @@
 #   frozen trace (01) -> oracle SFT warm-start (02, optional) -> GRPO (03) -> trained trace (04) -> compare (05)
 #
 # Hardware and time:
-#   GCP, 8x A100, skyrl backend (sky/r3.yaml runs this file): about 1-2 h with the default knobs.
+#   GCP, 8x A100, skyrl backend (sky/r3.yaml runs this file, W8_PRESET=gcp): about 1-2 h.
+#   GCP, 1x L4, W8_PRESET=gpu-smoke: ~15 min after the node's set-up.
 #   CPU, embedded SmolLM2-135M, local backend: `make smoke` under 5 min, `make local` under 20 min (2 cores).
 #
 # Examples:
-#   bash scripts/run_r3.sh                                   # knobs from W8_* env vars (harness/config.py)
+#   W8_PRESET=local bash scripts/run_r3.sh                   # knobs: presets/local.env under W8_* env vars
 #   W8_RUN_ID=r3-demo W8_TRACE_MAX_ITERATIONS=4 bash scripts/run_r3.sh
 #   W8_RUN_ID=<an earlier id> bash scripts/run_r3.sh         # resume: finished steps are skipped
-#   sky launch -c w8-biayn-r3 -y --down sky/r3.yaml          # the same on a GCP GPU node (make launch)
+#   sky launch -c w8-biayn-r3 -y --down sky/r3.yaml          # the same on GCP GPU node(s) (make launch)
 #
 # Everything of a run goes to .w8-biayn/runs/<run-id>/ (W8_RUNS_ROOT overrides); its small
 # artifacts are printed as `W8_RESULT {json}` lines and copied to results/<run-id>/
 # (W8_RESULTS_ROOT overrides). A step writes temp-then-rename and then a marker
 # steps/<step>.json; a step whose marker and outputs exist is skipped, so a preempted or
-# crashed run resumes where it stopped (searches even resume mid-trace). W8_STEPS_DIR (tests only) swaps the step scripts.
+# crashed run resumes where it stopped (searches even resume mid-trace). A failed step
+# prints the tails of its logs (ours, SkyRL's, Ray's) as W8_RESULT records too, so a launch
+# that dies still brings its evidence home after --down. W8_STEPS_DIR (tests only) swaps
+# the step scripts.
 #
-# Secrets (DAYTONA_API_KEY) stay in the environment: this script never traces commands
-# (no `set -x`) and never prints the environment.
+# Secrets (DAYTONA_API_KEY, WANDB_API_KEY) stay in the environment: this script never traces
+# commands (no `set -x`) and never prints the environment.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 STEPS_DIR="${W8_STEPS_DIR:-scripts}"
 RESULTS_ROOT="${W8_RESULTS_ROOT:-results}"
+# The interpreter: W8_PYTHON, else the GPU node's SkyRL env (scripts/node_setup.sh), else .venv.
 if [ -n "${W8_PYTHON:-}" ]; then PY="$W8_PYTHON"
+elif [ -n "${SKYPILOT_NODE_RANK:-}" ] && [ -x "$HOME/skyrl/.venv/bin/python" ]; then PY="$HOME/skyrl/.venv/bin/python"
 elif [ -z "${VIRTUAL_ENV:-}" ] && [ -x .venv/bin/python ]; then PY=.venv/bin/python
 else PY=python
 fi
 START=$(date +%s)
 
+# ---- several nodes: Ray on the head, workers join it and are done (SkyRL's SkyPilot example) ---
+# SkyRL places policy, ref and vLLM engines on every node through this Ray cluster; the
+# numbered steps run on the head only.
+if [ "${SKYPILOT_NUM_NODES:-1}" -gt 1 ]; then
+  RAY="$(dirname "$PY")/ray"
+  read -r HEAD_IP _ <<< "$SKYPILOT_NODE_IPS"
+  wait_for_ray() {
+    for _ in $(seq 1 60); do "$RAY" status --address "$1" >/dev/null 2>&1 && return 0; sleep 5; done
+    echo "error: the Ray cluster at $1 did not come up in 5 min (node rank ${SKYPILOT_NODE_RANK:-?})" >&2
+    return 1
+  }
+  if [ "${SKYPILOT_NODE_RANK:-0}" = "0" ]; then
+    "$RAY" status --address 127.0.0.1:6479 >/dev/null 2>&1 || "$RAY" start --head --disable-usage-stats --port 6479
+    wait_for_ray 127.0.0.1:6479
+  else
+    "$RAY" status --address "$HEAD_IP:6479" >/dev/null 2>&1 || "$RAY" start --address "$HEAD_IP:6479" --disable-usage-stats
+    wait_for_ray "$HEAD_IP:6479"
+    echo "node ${SKYPILOT_NODE_RANK}: joined the Ray cluster at $HEAD_IP:6479"
+    exit 0
+  fi
+fi
+
 # ---- 0. knobs and the run folder ---------------------------------------------------------
-# Every knob is range-checked here (a bad one stops the run with its name) and the resolved
-# knobs, versions and git sha are written to run_config.json before any work starts.
+# Every knob is range-checked here (a bad one stops the run with its name), the resolved
+# knobs are echoed (W8_PRESET fills what you did not set) and written with versions, git sha
+# and the hyperparameters to run_config.json before any work starts.
 RUN_DIR=$("$PY" -m harness.pipeline init)
 RUN_ID=$(basename "$RUN_DIR")
 export W8_RUN_ID="$RUN_ID"
 echo "r3 run $RUN_ID -> $RUN_DIR (resume with W8_RUN_ID=$RUN_ID)"
-if [ -n "${DAYTONA_API_KEY:-}" ]; then echo "sandbox: DAYTONA_API_KEY is set"; else echo "sandbox: no DAYTONA_API_KEY, local processes"; fi
 "$PY" -m harness.cloud emit "$RUN_DIR" run_config.json
 
 # On the GPU node the hub model is fetched into the HF cache once; locally nothing is downloaded.
-if [ "${W8_BACKEND:-local}" = "skyrl" ] && [ ! -e "${W8_HARNESS_MODEL:-smollm2-135m}" ] \
-   && [[ "${W8_HARNESS_MODEL:-smollm2-135m}" == */* ]]; then
-  echo "model: fetching ${W8_HARNESS_MODEL} into the HF cache (GPU node only)"
-  "$PY" -c "import sys; from huggingface_hub import snapshot_download; snapshot_download(sys.argv[1])" "$W8_HARNESS_MODEL"
+MODEL=$("$PY" -m harness.pipeline knob harness_model)
+if [ "$("$PY" -m harness.pipeline knob backend)" = "skyrl" ] && [ ! -e "$MODEL" ] && [[ "$MODEL" == */* ]]; then
+  echo "model: fetching $MODEL into the HF cache (GPU node only)"
+  "$PY" -c "import sys; from huggingface_hub import snapshot_download; snapshot_download(sys.argv[1])" "$MODEL"
 fi
 
 # Each step script skips itself when its marker and outputs exist ("complete, skipped") and
@@ -57,6 +85,7 @@ run_step() {
   t0=$(date +%s)
   "$PY" "$STEPS_DIR/$step.py" || rc=$?
   if [ "$rc" -ne 0 ]; then
+    "$PY" -m harness.cloud emit-failure "$RUN_DIR" "$step" "$rc" || true
     echo "error: $step failed (exit $rc) after $(( $(date +%s) - t0 ))s; finished steps are kept." \
          "Resume: W8_RUN_ID=$RUN_ID bash scripts/run_r3.sh" >&2
     exit "$rc"

@@ -1,74 +1,100 @@
 """Validate the SkyRL GRPO and SFT overrides offline, on this CPU machine (part of `make dry-run`).
 
-    python scripts/validate_skyrl.py                                  # W8_* knobs, W8_ACCELERATORS
-    python scripts/validate_skyrl.py --accelerators A100:8,H100:8,L4:1
+    W8_PRESET=gcp python scripts/validate_skyrl.py                  # the knobs' shape + 1, 2, 4 nodes of <GPU>:8
+    W8_PRESET=gpu-smoke python scripts/validate_skyrl.py --shapes L4:1x1
+    python scripts/validate_skyrl.py --shapes A100:8x1,H100:8x2 --out .w8-biayn/dry-run/plans
     python scripts/validate_skyrl.py --extra trainer.polcy.model.path=x   # a wrong key must fail
 
-Builds the real training rows for the knobs (harness.dataset.prepare_training_data, under
-~/data/w8-biayn/harness-legality), renders the overrides exactly as steps 02/03 do on the GPU
-node (harness.skyrl_config) and loads them with SkyRL's own config classes and start-up checks
-(SkyRLTrainConfig.from_cli_overrides + validate_cfg, SFTConfig + validate_sft_cfg + the SFT
-trainer's batch check), plus dataset size vs train_batch_size and the longest real prompt vs
-max_prompt_length. The model is W8_HARNESS_MODEL when it names a GPU model, else the GPU
-default Qwen/Qwen2.5-Coder-1.5B-Instruct. Exits 1 with SkyRL's message on the last stderr line.
-Ends with one line: what was validated and how long it took.
+Builds the real training rows for the knobs (harness.dataset.prepare_training_data), renders
+the overrides exactly as steps 02/03 do on the GPU node (harness.skyrl_config.render_all:
+plan, one token budget, paths) for each cluster shape `<accelerator>x<nodes>`, and loads them
+with SkyRL's own config classes and start-up checks (SkyRLTrainConfig.from_cli_overrides +
+validate_cfg, SFTConfig + validate_sft_cfg + the SFT trainer's batch check), plus dataset
+size vs train_batch_size, the longest real prompt vs max_prompt_length and
+max_generate_length vs W8_OPERATOR_MAX_NEW_TOKENS. Several-node shapes get a placeholder
+bucket (they need W8_BUCKET). Each shape's two override lists are written to --out, one
+override a line. The model is W8_HARNESS_MODEL when it names a GPU model, else
+Qwen/Qwen2.5-Coder-1.5B-Instruct. Exits 1 with the reason on the last stderr line. Ends with
+one line: what was validated and how long it took.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.config import ConfigError, load_config  # noqa: E402
+from harness.dataset import DatasetError  # noqa: E402
+from harness.skyrl_config import (SkyRLConfigError, measure_lengths, render_all, training_data_for,  # noqa: E402
+                                  validate_overrides, write_overrides)
 
-GPU_DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"  # sky/r3.yaml's W8_HARNESS_MODEL
+GPU_DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"  # presets/gcp.env's W8_HARNESS_MODEL
+STANDARD_NODES = (1, 2, 4)  # several-node shapes every dry-run proves (of 8 GPUs of the knobs' type)
+PLACEHOLDER_BUCKET = "gs://w8-biayn-dry-run"
+
+
+def parse_shapes(text: str) -> list[tuple[str, int]]:
+    """'A100:8x1,A100:8x2' -> [('A100:8', 1), ('A100:8', 2)]; SkyRLConfigError naming a bad item."""
+    shapes = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        acc, _, nodes = item.partition("x")
+        if not nodes.isdigit() or int(nodes) < 1:
+            raise SkyRLConfigError(f"shape {item!r}: expected <accelerator>x<nodes>, e.g. A100:8x2")
+        shapes.append((acc, int(nodes)))
+    return shapes
+
+
+def default_shapes(cfg) -> list[tuple[str, int]]:
+    gpu = cfg.accelerators.split(":")[0]
+    shapes = [(cfg.accelerators, cfg.num_nodes)] + [(f"{gpu}:8", n) for n in STANDARD_NODES]
+    return list(dict.fromkeys(shapes))
+
+
+def validate_shape(cfg, model: str, acc: str, nodes: int, lengths, data_dir, out: Path, extra: list[str]) -> str:
+    shaped = cfg.replace(accelerators=acc, num_nodes=nodes, bucket=cfg.bucket or (PLACEHOLDER_BUCKET if nodes > 1
+                                                                                   else ""))
+    rendered = render_all(shaped, model, out / "run", data_dir=data_dir, lengths=lengths)
+    grpo = rendered.grpo + extra
+    tag = f"{acc.replace(':', '-')}x{nodes}"
+    write_overrides(out / f"skyrl_grpo_overrides-{tag}.txt", grpo)
+    write_overrides(out / f"skyrl_sft_overrides-{tag}.txt", rendered.sft)
+    s = validate_overrides(grpo, rendered.sft, lengths, cfg.operator_max_new_tokens)
+    return (f"{acc} x {nodes} node(s): {s['nodes'] * s['gpus']} GPUs, {s['engines']} engines x TP{s['tp']}, batch "
+            f"{s['train_batch_size']}/{s['mini_batch']}/{s['micro']}, max_prompt_length {s['max_prompt_length']}, "
+            f"max_generate_length {s['max_generate_length']}, SFT batch {s['sft_batch']} x {s['sft_steps']} steps")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--accelerators", default=None, help="comma-separated, default W8_ACCELERATORS")
+    parser.add_argument("--shapes", default=None, help="comma-separated <accelerator>x<nodes>; default: the knobs' "
+                                                       "shape and 1, 2, 4 nodes of <GPU>:8")
     parser.add_argument("--extra", action="append", default=[], help="an extra GRPO override (key=value)")
     parser.add_argument("--data-dir", default=None, help="where the rows are written (default ~/data/...)")
+    parser.add_argument("--out", type=Path, default=Path(".w8-biayn/dry-run/plans"),
+                        help="where the rendered override lists go")
     args = parser.parse_args(argv)
     start = time.monotonic()
     try:
         cfg = load_config().replace(backend="skyrl")
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    from harness.dataset import DatasetError
-    from harness.skyrl_config import (SkyRLConfigError, measure_lengths, plan_for, render_grpo, render_sft,
-                                      training_data_for, validate_overrides)
-
-    model = cfg.harness_model if "/" in cfg.harness_model else GPU_DEFAULT_MODEL
-    accelerators = (args.accelerators or cfg.accelerators).split(",")
-    export = Path(tempfile.gettempdir()) / "w8-biayn-dry-run"
-    lines = []
-    try:
+        model = cfg.harness_model if "/" in cfg.harness_model else GPU_DEFAULT_MODEL
+        shapes = parse_shapes(args.shapes) if args.shapes else default_shapes(cfg)
         data = training_data_for(cfg, args.data_dir)
         lengths = measure_lengths(model, data)
-        for acc in accelerators:
-            plan = plan_for(acc.strip(), model, data.n_train)
-            grpo = render_grpo(model, plan, data, lengths, export / "grpo", cfg.grpo_epochs) + list(args.extra)
-            sft = render_sft(model, plan, data, lengths, export / "sft", max(1, cfg.harness_sft_steps))
-            s = validate_overrides(grpo, sft, lengths)
-            lines.append(f"{acc.strip()}: {s['gpus']} GPUs, {s['engines']} engines x TP{s['tp']}, batch "
-                         f"{s['train_batch_size']}/{s['mini_batch']}/{s['micro']}, max_prompt_length "
-                         f"{s['max_prompt_length']}, SFT batch {s['sft_batch']} x {s['sft_steps']} steps")
-    except (SkyRLConfigError, DatasetError) as err:
+        lines = [validate_shape(cfg, model, acc, nodes, lengths, args.data_dir, args.out, args.extra)
+                 for acc, nodes in shapes]
+    except (ConfigError, SkyRLConfigError, DatasetError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     for line in lines:
         print(line)
-    how = "exact" if lengths.exact else f"estimated with {lengths.tokenizer}"
-    print(f"skyrl config ok: {model} on {', '.join(a.strip() for a in accelerators)}; {data.n_train} train / "
-          f"{data.n_eval} eval rows, longest prompt {lengths.prompt_max} tokens ({how}); "
-          f"{time.monotonic() - start:.0f}s")
+    how = "exact" if lengths.exact else f"estimated with {lengths.tokenizer} x 1.25"
+    print(f"skyrl config ok: {model}, {len(shapes)} shape(s); {data.n_train} train / {data.n_eval} eval rows, "
+          f"longest prompt {lengths.prompt_max} tokens, SFT answer {lengths.answer_max} <= budget "
+          f"{cfg.operator_max_new_tokens} ({how}); overrides in {args.out}/; {time.monotonic() - start:.0f}s")
     return 0
 
 

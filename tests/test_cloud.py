@@ -14,7 +14,7 @@ import pytest
 
 from harness import cloud
 from harness.cloud import CloudError
-from harness.config import KNOBS
+from harness.config import KNOBS, load_config
 
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -44,10 +44,11 @@ if cmd == "--version":
     print("skypilot, version fake")
 elif cmd == "status":
     print(open(os.environ["FAKE_SKY_STATUS"]).read() if os.environ.get("FAKE_SKY_STATUS") else "No existing clusters.")
-elif cmd == "logs":
+elif cmd == "logs" or (cmd == "launch" and os.environ.get("FAKE_SKY_LOG")):
     sys.stdout.write(open(os.environ["FAKE_SKY_LOG"]).read())
 elif cmd == "down":
     print("Terminating cluster " + sys.argv[-1] + "...done.")
+sys.exit(int(os.environ.get("FAKE_SKY_EXIT", "0")))
 """
 
 
@@ -120,22 +121,50 @@ def test_sky_missing_is_one_clear_error(tmp_path, monkeypatch):
 
 
 # ---- sky commands, with a fake sky -------------------------------------------------------------
-def test_launch_command_passes_knobs_as_env_and_the_secret_by_name():
-    env = {"W8_TRAIN_COUNT": "1024", "W8_ACCELERATORS": "H100:8", "W8_RUN_ID": "", "DAYTONA_API_KEY": "s3cr3t-value",
-           "UNRELATED": "x"}
-    cmd = cloud.launch_command(env)
+def test_launch_command_passes_knobs_as_env_resources_from_the_resolved_knobs_and_secrets_by_name():
+    env = {"W8_PRESET": "gcp", "W8_TRAIN_COUNT": "1024", "W8_RUN_ID": "", "DAYTONA_API_KEY": "s3cr3t-value",
+           "WANDB_API_KEY": "w4ndb-value", "UNRELATED": "x"}
+    resolved = load_config(env=env).as_dict()
+    cmd = cloud.launch_command(env, resolved)
     assert cmd[:7] == ["sky", "launch", "-c", "w8-biayn-r3", "-y", "--down", "sky/r3.yaml"]
-    assert cmd[cmd.index("--gpus") + 1] == "H100:8"
+    assert cmd[cmd.index("--gpus") + 1] == "A100:8"  # from presets/gcp.env
+    assert cmd[cmd.index("--num-nodes") + 1] == "1" and "--image-id" not in cmd
     envs = [cmd[i + 1] for i, part in enumerate(cmd) if part == "--env"]
-    assert envs == ["W8_TRAIN_COUNT=1024", "W8_ACCELERATORS=H100:8"]
-    assert cmd[-2:] == ["--secret", "DAYTONA_API_KEY"]
-    assert not any("s3cr3t" in part for part in cmd)
+    assert envs == ["W8_TRAIN_COUNT=1024", "W8_PRESET=gcp"]  # what the user set; the node applies the preset
+    assert cmd[-4:] == ["--secret", "DAYTONA_API_KEY", "--secret", "WANDB_API_KEY"]
+    assert not any("s3cr3t" in part or "w4ndb" in part for part in cmd)
     assert "--secret" not in cloud.launch_command({"DAYTONA_API_KEY": ""})
+    several = cloud.launch_command({}, {**resolved, "num_nodes": 4, "image_id": "projects/p/global/images/x"})
+    assert several[several.index("--num-nodes") + 1] == "4"
+    assert several[several.index("--image-id") + 1] == "projects/p/global/images/x"
+
+
+def test_launch_log_is_kept_and_results_collected_fake_sky(fake_sky, tmp_path):
+    """A fake sky whose launch prints a W8_RESULT line: the whole output lands in the launch log and
+    --collect writes the record; a failing launch keeps its log too."""
+    env, record = fake_sky
+    run_dir = make_run_dir(tmp_path / "runs")
+    line = cloud.result_line(run_dir.name, run_dir / "summary.md")
+    (tmp_path / "launch.log").write_text("(setup pid=1) node setup: uv ok\n(task, pid=2) " + line + "\n")
+    env.update({"FAKE_SKY_LOG": str(tmp_path / "launch.log"), "W8_PRESET": "gpu-smoke",
+                "W8_RESULTS_ROOT": str(tmp_path / "results"), "W8_LOGS_DIR": str(tmp_path / "logs")})
+    proc = run([PY, "scripts/launch.py", "--collect"], env)
+    assert proc.returncode == 0, proc.stderr
+    logs = sorted((tmp_path / "logs").glob("launch-gpu-smoke-*.log"))
+    assert logs and "node setup: uv ok" in logs[-1].read_text() and "W8_RESULT" in logs[-1].read_text()
+    assert (tmp_path / "results" / run_dir.name / "summary.md").read_text().startswith("# r3")
+    [call] = calls(record)
+    assert call["argv"][call["argv"].index("--gpus") + 1] == "L4:1"
+    env["FAKE_SKY_EXIT"] = "3"
+    failed = run([PY, "scripts/launch.py"], env)
+    assert failed.returncode == 3 and "the whole output is in" in failed.stderr
+    kept = "".join(p.read_text() for p in (tmp_path / "logs").glob("launch-gpu-smoke-*.log"))
+    assert "error: sky launch exited 3" in kept  # the failed launch kept its output
 
 
 def test_launch_fake_sky_gets_scoped_env_and_no_global_gcloud_config(fake_sky):
     env, record = fake_sky
-    env.update({"W8_TRACE_MAX_ITERATIONS": "8", "DAYTONA_API_KEY": "s3cr3t-value"})
+    env.update({"W8_PRESET": "gcp", "W8_TRACE_MAX_ITERATIONS": "8", "DAYTONA_API_KEY": "s3cr3t-value"})
     proc = run([PY, "scripts/launch.py"], env)
     assert proc.returncode == 0, proc.stderr
     assert "s3cr3t" not in proc.stdout + proc.stderr
@@ -163,10 +192,24 @@ def test_launch_fake_sky_bad_knob_stops_before_sky(fake_sky):
 def test_launch_fake_sky_missing_key_is_one_line(fake_sky, tmp_path):
     env, record = fake_sky
     env["W8_GCP_KEY_FILE"] = str(tmp_path / "absent.json")
+    env["W8_PRESET"] = "gcp"
     proc = run([PY, "scripts/launch.py"], env)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stderr.startswith("error: missing absent.json") and "Traceback" not in proc.stderr
     assert calls(record) == []
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"W8_PRESET": "gcp", "W8_SANDBOX": "daytona"}, "error: W8_SANDBOX=daytona but DAYTONA_API_KEY is not set"),
+    ({}, "error: W8_BACKEND=local: a GCP launch trains with skyrl"),
+    ({"W8_PRESET": "gcp", "W8_NUM_NODES": "2"}, "error: W8_NUM_NODES=2 needs W8_BUCKET="),
+])
+def test_launch_fake_sky_refuses_before_money_is_spent(fake_sky, extra, message):
+    env, record = fake_sky
+    env.update(extra)
+    proc = run([PY, "scripts/launch.py"], env)
+    assert proc.returncode == 2 and proc.stderr.startswith(message), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and calls(record) == []
 
 
 @pytest.mark.parametrize("listing, code", [("No existing clusters.", 0),
@@ -295,27 +338,21 @@ def test_watch_fake_sky_streams_steps_and_parses_the_result(fake_sky, tmp_path):
 
 
 # ---- sky/r3.yaml through SkyPilot's own parser -------------------------------------------------
-GCP_DEFAULTS = {"W8_BACKEND": "skyrl", "W8_HARNESS_MODEL": "Qwen/Qwen2.5-Coder-1.5B-Instruct"}
-
-
-@needs_sky_env
-@pytest.mark.slow
-def test_yaml_through_skypilots_parser_with_overrides_defaults_and_a_bad_gpu_string():
-    # one process for the three scenarios: importing sky costs seconds
-    overridden, default, bad_gpu = cloud.render_tasks([
-        {"env": [["W8_TRAIN_COUNT", "64"], ["W8_RUN_ID", "r3-x"]], "gpus": "H100:4", "secrets": ["DAYTONA_API_KEY"]},
-        {},
-        {"gpus": "A100:abc"},
-    ])
+def test_yaml_through_skypilots_parser_with_the_launch_command_defaults_and_a_bad_gpu_string():
+    # one process for the scenarios: importing sky costs seconds
+    env = {"W8_PRESET": "gcp", "W8_TRAIN_COUNT": "64", "W8_RUN_ID": "r3-x", "DAYTONA_API_KEY": "v"}
+    cmd = cloud.launch_command(env, {**load_config(env=env).as_dict(), "accelerators": "H100:4", "num_nodes": 2,
+                                     "image_id": "projects/deeplearning-platform-release/global/images/x"})
+    overridden, default, bad_gpu = cloud.render_tasks([cloud.scenario_of(cmd), {}, {"gpus": "A100:abc"}])
     assert overridden["name"] == "w8-biayn-r3" and overridden["cloud"] == ["GCP"]
     assert overridden["accelerators"] == [{"H100": 4}] and overridden["disk_size"][0] >= 256
+    assert overridden["num_nodes"] == 2 and overridden["image_id"][0] is not None
     assert overridden["envs"]["W8_TRAIN_COUNT"] == "64" and overridden["envs"]["W8_RUN_ID"] == "r3-x"
-    assert overridden["secret_names"] == ["DAYTONA_API_KEY"]
-    # without --secret the task still parses (the key is optional) and every knob has its default
-    assert default["accelerators"] == [{"A100": 8}] and default["secret_names"] == ["DAYTONA_API_KEY"]
-    for knob in KNOBS:
-        expected = GCP_DEFAULTS.get(knob.env, str(knob.default))
-        assert default["envs"].get(knob.env) == expected, f"{knob.env} must be in sky/r3.yaml with its default"
-    assert "bash scripts/run_r3.sh" in default["run"] and "set -x" not in default["run"] + default["setup"]
-    assert '"skyrl[fsdp]==0.4.0"' in default["setup"] and "-r requirements.txt" in default["setup"]
+    assert overridden["secret_names"] == ["DAYTONA_API_KEY", "WANDB_API_KEY"]
+    # the YAML is thin: it names the preset; the knobs live in presets/gcp.env and harness/config.py
+    assert default["accelerators"] == [{"A100": 8}] and default["num_nodes"] == 1
+    assert default["envs"] == {"W8_PRESET": "gcp"}
+    assert load_config(env=default["envs"]).backend == "skyrl"
+    assert "bash scripts/run_r3.sh" in default["run"] and "bash scripts/node_setup.sh" in default["setup"]
+    assert "set -x" not in default["run"] + default["setup"]
     assert bad_gpu["error"].startswith("ValueError:") and "A100:abc" in bad_gpu["error"]

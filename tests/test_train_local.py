@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.train_local import (ModelError, check_model_dir, export_policy, find_embedded_gguf, latest_export,
+from harness.exports import newest_export_step
+from harness.train_local import (ModelError, check_model_dir, export_policy, find_embedded_gguf,
                                  resolve_model, write_metrics)
 
 TINY_PROGRAM = "def is_legal_action(state, action):\n    return True\n"
@@ -68,7 +69,7 @@ def test_exports_are_atomic_and_the_newest_complete_one_wins(tmp_path, smollm2):
     export_policy(model, tokenizer, tmp_path, 2)
     (tmp_path / "global_step_9" / "policy").mkdir(parents=True)  # an interrupted export: no config.json
     (tmp_path / "global_step_3" / "policy.tmp-x").mkdir(parents=True)
-    step, path = latest_export(tmp_path)
+    step, path = newest_export_step(tmp_path)
     assert step == 2 and (path / "config.json").is_file() and (path / "tokenizer.json").is_file()
     write_metrics(tmp_path, "grpo", [{"step": 1, "reward_mean": 0.5, "reward_std": 0.1, "kl": 0.0}], {"x": 1})
     assert json.loads((tmp_path / "metrics.json").read_text())["steps"][0]["reward_mean"] == 0.5

@@ -1,0 +1,61 @@
+"""HF exports: `<root>/global_step_N/policy` folders holding config.json.
+
+    from harness.exports import newest_export, fetch_newest_export
+    newest_export(run_dir / "grpo")                        # Path of the highest N, or None
+    fetch_newest_export("gs://bucket/run/grpo", run_dir / "grpo")   # bucket -> same layout locally
+
+The layout is SkyRL's (`hf_save_interval` > 0 writes export_path/global_step_N/policy) and
+the local TRL trainer's, so steps 03 and 04 find a trained model the same way on CPU and
+GPU. With W8_BUCKET, SkyRL writes exports to the bucket (FSDP rank 0 may sit on any node of
+a several-node cluster) and the head fetches the newest one with fsspec (gcsfs on the node;
+file:// in tests). An export without config.json is incomplete and ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+EXPORT_DIR = re.compile(r"global_step_(\d+)")
+
+
+class ExportError(RuntimeError):
+    """No usable export where one was expected; the message names the place."""
+
+
+def newest_export_step(root: str | Path) -> tuple[int, Path] | None:
+    """(N, path) of the newest complete `global_step_N/policy` under root, or None."""
+    best: tuple[int, Path] | None = None
+    for policy in Path(root).glob("global_step_*/policy"):
+        match = EXPORT_DIR.fullmatch(policy.parent.name)
+        if match and (policy / "config.json").is_file() and (best is None or int(match.group(1)) > best[0]):
+            best = (int(match.group(1)), policy)
+    return best
+
+
+def newest_export(root: str | Path) -> Path | None:
+    found = newest_export_step(root)
+    return found[1] if found else None
+
+
+def fetch_newest_export(uri: str, local_root: str | Path) -> Path:
+    """Copy the newest complete export under `uri` (gs://..., file://...) to local_root/global_step_N/policy."""
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(uri)
+    steps = []
+    for config in fs.glob(f"{root.rstrip('/')}/global_step_*/policy/config.json"):
+        match = EXPORT_DIR.fullmatch(Path(config).parent.parent.name)
+        if match:
+            steps.append((int(match.group(1)), str(Path(config).parent)))
+    if not steps:
+        raise ExportError(f"no global_step_N/policy with config.json under {uri}")
+    step, remote = max(steps)
+    target = Path(local_root) / f"global_step_{step}" / "policy"
+    if (target / "config.json").is_file():
+        return target
+    partial = target.with_name("policy.partial")
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    fs.get(remote.rstrip("/") + "/", str(partial), recursive=True)
+    partial.rename(target)  # the config.json that marks it complete appears only with the whole folder
+    return target
