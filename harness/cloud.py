@@ -384,7 +384,7 @@ def failure_logs(run_dir: Path, ray_logs: Path | None = None) -> list[Path]:
     """The logs that explain a failed step: every *.log under the run folder (our step logs, SkyRL's
     infra logs under trainer.log_path), then the newest non-empty Ray *.err files of this machine."""
     found = sorted(p for p in Path(run_dir).rglob("*.log") if p.is_file() and p.stat().st_size)
-    ray_root = ray_logs or Path(os.environ.get("RAY_TMPDIR") or "/tmp/ray") / "session_latest" / "logs"
+    ray_root = ray_logs or Path(os.environ.get("RAY_TMPDIR") or "/tmp") / "ray" / "session_latest" / "logs"
     if ray_root.is_dir():
         errs = [p for p in ray_root.glob("*.err") if p.is_file() and p.stat().st_size]
         found += sorted(errs, key=lambda p: p.stat().st_mtime)[-FAILURE_RAY_FILES:]

@@ -452,7 +452,11 @@ def run_harness(code: str, examples: Iterable[Any], timeout_s: float = 2.0,
     problem = _text_problem(code)
     if problem:
         return _failed(n, problem, time.monotonic() - started)
-    run = _run_daytona(req, n, started) if _backend() == "daytona" else _run_local(req, n, started)
+    try:
+        run = _run_daytona(req, n, started) if _backend() == "daytona" else _run_local(req, n, started)
+    except SandboxError:
+        _count(None)
+        raise
     _count(run)
     return run
 
@@ -483,10 +487,12 @@ def _run_daytona(req: dict, n: int, started: float) -> HarnessRun:
 _provenance: dict[str, Any] = {"runs": {}, "infra_failures": 0, "fallbacks": []}
 
 
-def _count(run: HarnessRun) -> None:
+def _count(run: HarnessRun | None) -> None:
+    """One program done (None: the sandbox could not even start it)."""
     with _state_lock:
-        _provenance["runs"][run.backend] = _provenance["runs"].get(run.backend, 0) + 1
-        _provenance["infra_failures"] += int(run.infra)
+        if run is not None:
+            _provenance["runs"][run.backend] = _provenance["runs"].get(run.backend, 0) + 1
+        _provenance["infra_failures"] += 1 if run is None else int(run.infra)
 
 
 def _note_fallback(reason: str) -> None:
