@@ -40,7 +40,19 @@ def gold_heldout(traces: list[dict]) -> list[str]:
     return rows
 
 
-METRIC_KEYS = ("loss", "reward_mean", "reward_std", "valid_rate", "step_time_s")
+METRIC_KEYS = ("loss", "reward_mean", "reward_std", "valid_rate", "zero_variance_groups", "step_time_s")
+
+
+def sandbox_lines(config: dict) -> list[str]:
+    """Which backend ran each step's programs (run_config.json["sandbox"]), with counts and fallbacks."""
+    lines = []
+    for step, record in sorted((config.get("sandbox") or {}).items()):
+        runs = ", ".join(f"{backend} {n}" for backend, n in sorted((record.get("runs") or {}).items())) or "none"
+        falls = record.get("fallbacks") or []
+        fallback = "; fallbacks: " + "; ".join(f"{f['at']} {f['reason']}" for f in falls) if falls else ""
+        lines.append(f"- {step}: asked {record.get('requested')}, programs run: {runs}, sandbox failures "
+                     f"{record.get('infra_failures', 0)}{fallback}")
+    return lines
 
 
 def metrics_lines(run_dir: Path) -> list[str]:
@@ -94,6 +106,7 @@ def summary_markdown(run_dir: Path, result: dict, frozen: list[dict], trained: l
     lines += [f"- frozen {row}" for row in gold_heldout(frozen)] or ["- frozen: no gold harness"]
     lines += [f"- trained {row}" for row in gold_heldout(trained)] or ["- trained: no gold harness"]
     lines += ["", "## training metrics", ""] + (metrics_lines(run_dir) or ["- none recorded"])
+    lines += ["", "## sandbox (what actually ran the programs)", ""] + (sandbox_lines(config) or ["- not recorded"])
     lines += ["", "## wall times", "", "| step | wall s | summary |", "|---|---|---|"]
     for step in STEPS[:-1]:
         marker = read_marker(run_dir, step) or {}
