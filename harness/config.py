@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from harness.node_env import SKYRL_REF
+
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
 
@@ -146,6 +148,9 @@ KNOBS: tuple[Knob, ...] = (
     _knob("bucket", str, "", "gs:// URI for SkyRL exports and checkpoints; needed with W8_NUM_NODES > 1",
           _bucket()),
     _knob("image_id", str, "", "GCP image of the node (sky launch --image-id); empty = SkyPilot's default GPU image"),
+    _knob("skyrl_ref", str, SKYRL_REF, "SkyRL git tag or commit the node installs (scripts/node_setup.sh); it must pin "
+          "what the dry-run validated", ((lambda v: re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", v) is not None),
+                                         "a git tag or commit")),
     _knob("preset", str, "", "a file presets/<name>.env whose knobs fill in what is not set (smoke | local | gcp | "
           "gpu-smoke)", _preset_name()),
 )

@@ -114,12 +114,15 @@ def check_yaml(cfg: Config, out: Path) -> str:
             f"{len(cmd)} launch args")
 
 
-def _subprocess_check(args: list[str], timeout: int = 300) -> str:
+def _subprocess_check(args: list[str], timeout: int = 300, all_lines: bool = False) -> str:
+    """Run a check script; its last stdout line (all of them, indented, with all_lines), or CheckError."""
     proc = subprocess.run([sys.executable, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
-    out = (proc.stdout.strip().splitlines() or [""])[-1]
+    lines = proc.stdout.strip().splitlines() or [""]
     if proc.returncode != 0:
-        raise CheckError((proc.stderr.strip().splitlines() or [out or "failed"])[-1])
-    return out
+        raise CheckError((proc.stderr.strip().splitlines() or [lines[-1] or "failed"])[-1])
+    if not all_lines:
+        return lines[-1]
+    return lines[-1] + "".join(f"\n{'':<20}{line}" for line in lines[:-1])
 
 
 def check_node_env(out: Path) -> str:
@@ -129,7 +132,7 @@ def check_node_env(out: Path) -> str:
 def check_skyrl(out: Path) -> str:
     # rows go under .w8-biayn (ignored), not the trainer's default ~/data
     return _subprocess_check(["scripts/validate_skyrl.py", "--data-dir", str(REPO_ROOT / ".w8-biayn" / "dry-run-data"),
-                              "--out", str(out / "plans")])
+                              "--out", str(out / "plans")], all_lines=True)
 
 
 def _balanced(task) -> bool:
