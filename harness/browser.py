@@ -33,6 +33,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from harness.actions import candidate_actions
+
 CHROMIUM = os.environ.get("W8_CHROMIUM", "/usr/bin/chromium")
 # Flags: --no-sandbox because we run as root in a container; the background-networking
 # flags stop Chromium phoning home on a closed network (each refused connection costs time).
@@ -188,6 +190,31 @@ def annotate_pointer(state: str, pointer: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+
+# ---- what a browser error means ------------------------------------------------------------
+_KINDS = [  # (kind, pattern on the browser's error text), first match wins
+    ("unknown_bid", r"Could not find element with bid"),
+    ("bad_bid_type", r"expected a string"),
+    ("empty_or_unparsable", r"Received an empty action|Received a multi-action"),
+    ("unknown_verb", r"^NameError"),
+    ("wrong_arguments", r"^TypeError"),
+    ("not_editable", r"not an <input>|cannot be filled|not editable|Element is not an"),
+    ("not_a_select", r"not a <select>"),
+    ("timeout", r"Timeout|timeout"),
+    ("syntax", r"^SyntaxError|ParseException"),
+]
+
+
+def error_kind(error: str) -> str:
+    """A short class for the browser's error text ('' for a legal action)."""
+    if not error:
+        return ""
+    for kind, pattern in _KINDS:
+        if re.search(pattern, error):
+            return kind
+    return "other:" + error.split(":")[0][:40]
+
+
 @dataclass(frozen=True)
 class DomDiff:
     structural: int = 0  # nodes added or removed (or retagged)
@@ -337,8 +364,6 @@ class PageSession:
         the machine is busy, so a timed-out action is retried on another fresh reset
         (TIMEOUT_ATTEMPTS in all) and is illegal only if every attempt times out.
         """
-        from harness.manifest import error_kind
-
         for _ in range(TIMEOUT_ATTEMPTS):
             outcome = self._execute_once(obs, action)
             if error_kind(outcome.error) != "timeout":
@@ -348,8 +373,6 @@ class PageSession:
     def _execute_once(self, obs: Observation, action: str) -> Outcome:
         """Fresh reset, check it reproduces `obs`, run `action` as BrowserEnv.step would."""
         from browsergym.core.action.base import execute_python_code
-
-        from harness.manifest import error_kind
 
         if self._pristine != (obs.page, obs.seed):
             self.reset(obs.page, obs.seed)
@@ -389,8 +412,6 @@ def harvest_observation(session: PageSession, page: str, seed: int, actions_per_
 
     Returns a snapshot record; raises ResetMismatch if the page is not reproducible.
     """
-    from harness.actions import candidate_actions
-
     obs = session.observe(page, seed)
     page_bids = {n[3]["bid"] for n in obs.dom if n[3] and "bid" in n[3]}
     labeled = []

@@ -1,4 +1,4 @@
-"""GCP and SkyPilot plumbing: scoped credentials, sky commands, W8_RESULT records.
+"""GCP and SkyPilot plumbing: scoped credentials, sky commands, the launch command, SkyPilot's parser.
 
 Standard library only, so the same module also runs under the SkyPilot tool env
 (`.venv-sky`, which has `sky` and google-auth) for the two things that need them:
@@ -18,27 +18,24 @@ Not done here: reaching GCP. Every network call lives in `sky` or google-auth.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from harness.config import KNOBS
+from harness.files import REPO_ROOT, WORK_DIR
+
 SA_PATH = REPO_ROOT / ".gcp-service-account.json"  # W8_GCP_KEY_FILE points elsewhere (tests, a second key)
 SKY_VENV = REPO_ROOT / ".venv-sky"
-GCLOUD_CONFIG_DIR = REPO_ROOT / ".w8-biayn" / "gcloud"
+GCLOUD_CONFIG_DIR = WORK_DIR / "gcloud"
 TASK_YAML = REPO_ROOT / "sky" / "r3.yaml"
 CLUSTER = "w8-biayn-r3"
 SECRETS = ("DAYTONA_API_KEY", "WANDB_API_KEY")  # optional; travel as SkyPilot secrets, never as --env
 SA_FIELDS = ("type", "project_id", "private_key", "client_email", "token_uri")
-RESULT_PREFIX = "W8_RESULT "
-RESULT_MAX_BYTES = 8 << 20  # a bigger artifact is not a "small" one; it stays on the node
 TOKEN_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
@@ -127,8 +124,6 @@ def popen_sky(args: list[str], env: Mapping[str, str] | None = None, sa_path: Pa
 # ---- sky launch command ------------------------------------------------------------------------
 def knob_envs(env: Mapping[str, str]) -> list[tuple[str, str]]:
     """The W8_* knobs set (non-empty) in `env`, in knob-table order."""
-    from harness.config import KNOBS  # local import: keeps this module stdlib-only under .venv-sky
-
     return [(knob.env, env[knob.env]) for knob in KNOBS if env.get(knob.env, "") != ""]
 
 
@@ -160,80 +155,6 @@ def launch_command(env: Mapping[str, str], resolved: Mapping[str, Any] | None = 
     return cmd
 
 
-# ---- W8_RESULT records -------------------------------------------------------------------------
-def result_record(run_id: str, path: Path, name: str | None = None) -> dict[str, Any]:
-    """One artifact as a JSON-able record: text files verbatim, binary ones base64, with sha256."""
-    data = Path(path).read_bytes()
-    record: dict[str, Any] = {"run_id": run_id, "file": name or Path(path).name, "bytes": len(data),
-                              "sha256": hashlib.sha256(data).hexdigest()}
-    try:
-        record["text"] = data.decode("utf-8")
-    except UnicodeDecodeError:
-        record["base64"] = base64.b64encode(data).decode("ascii")
-    return record
-
-
-def result_line(run_id: str, path: Path, name: str | None = None) -> str:
-    """`W8_RESULT {json}` on one line (json.dumps escapes newlines)."""
-    return RESULT_PREFIX + json.dumps(result_record(run_id, path, name), sort_keys=True)
-
-
-def record_bytes(record: Mapping[str, Any]) -> bytes:
-    """The artifact's bytes; CloudError when the record is damaged (sha256 mismatch)."""
-    if "text" in record:
-        data = record["text"].encode("utf-8")
-    else:
-        data = base64.b64decode(record.get("base64", ""))
-    if hashlib.sha256(data).hexdigest() != record.get("sha256"):
-        raise CloudError(f"W8_RESULT for {record.get('file')!r} is damaged (sha256 mismatch)")
-    return data
-
-
-def iter_result_records(lines: Iterable[str]) -> Iterable[dict[str, Any]]:
-    """Each W8_RESULT record in log lines, in order (sky prefixes like '(task, pid=1) ' are fine)."""
-    for line in lines:
-        at = line.find(RESULT_PREFIX)
-        if at < 0:
-            continue
-        try:
-            record = json.loads(line[at + len(RESULT_PREFIX):].strip())
-        except ValueError:
-            continue  # a line cut by the log transport; a later complete copy may follow
-        if isinstance(record, dict) and "file" in record:
-            yield {**record, "file": Path(str(record["file"])).name}  # a name, never a path
-
-
-def parse_result_lines(lines: Iterable[str], run_id: str | None = None) -> dict[str, dict[str, Any]]:
-    """The records of one run (or all) by file name; a later record of the same file wins (resumed runs)."""
-    return {r["file"]: r for r in iter_result_records(lines) if run_id is None or r.get("run_id") == run_id}
-
-
-def runs_in(lines: Iterable[str]) -> list[str]:
-    """Run ids with W8_RESULT records in the lines, in order of first appearance."""
-    return list(dict.fromkeys(str(r.get("run_id", "")) for r in iter_result_records(lines)))
-
-
-def write_results(records: Mapping[str, Mapping[str, Any]], out_dir: Path) -> list[Path]:
-    """Write each record's bytes into out_dir; never overwrite a file whose content differs."""
-    out_dir = Path(out_dir)
-    payloads = {name: record_bytes(record) for name, record in records.items()}
-    clashes = [name for name, data in payloads.items()
-               if (out_dir / name).exists() and (out_dir / name).read_bytes() != data]
-    if clashes:
-        raise CloudError(f"{out_dir} already holds different {', '.join(sorted(clashes))}: "
-                         "a finished run's results are never overwritten")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, data in sorted(payloads.items()):
-        path = out_dir / name
-        if not path.exists():
-            tmp = path.with_name(f".{name}.tmp{os.getpid()}")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
-        written.append(path)
-    return written
-
-
 # ---- run inside .venv-sky ----------------------------------------------------------------------
 def render_tasks(scenarios: list[dict[str, Any]], yaml_path: Path = TASK_YAML, timeout_s: float = 180) -> list[dict]:
     """Parse the task YAML with SkyPilot's own parser (in .venv-sky), once per scenario, in one process.
@@ -243,7 +164,7 @@ def render_tasks(scenarios: list[dict[str, Any]], yaml_path: Path = TASK_YAML, t
     gets a placeholder. Each result is the rendered summary, or {"error": SkyPilot's one-line rejection}.
     """
     # A private HOME: importing sky creates ~/.sky; a validation should leave no trace.
-    home = REPO_ROOT / ".w8-biayn" / "sky-home"
+    home = WORK_DIR / "sky-home"
     home.mkdir(parents=True, exist_ok=True)
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.run([sky_python(), "-m", "harness.cloud", "render", str(yaml_path)], cwd=REPO_ROOT, env=env,
@@ -357,97 +278,12 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[:300]}"
 
 
-def emit_results(run_dir: Path, names: Iterable[str], out=None, run_id: str | None = None) -> int:
-    """Print one W8_RESULT line per existing small file of run_dir; returns how many were printed."""
-    out = out or sys.stdout
-    run_dir = Path(run_dir)
-    run_id = run_id or run_dir.name
-    count = 0
-    for name in names:
-        path = run_dir / name
-        if not path.is_file():
-            continue
-        if path.stat().st_size > RESULT_MAX_BYTES:
-            print(f"W8_RESULT_SKIPPED {name}: {path.stat().st_size} bytes is over {RESULT_MAX_BYTES}", file=out)
-            continue
-        print(result_line(run_id, path, name), file=out, flush=True)
-        count += 1
-    return count
-
-
-FAILURE_TAIL_LINES = 200
-FAILURE_TAIL_BYTES = 64 << 10
-FAILURE_RAY_FILES = 8  # newest non-empty Ray *.err files (worker crashes, vLLM start-up)
-
-
-def failure_logs(run_dir: Path, ray_logs: Path | None = None) -> list[Path]:
-    """The logs that explain a failed step: every *.log under the run folder (our step logs, SkyRL's
-    infra logs under trainer.log_path), then the newest non-empty Ray *.err files of this machine."""
-    found = sorted(p for p in Path(run_dir).rglob("*.log") if p.is_file() and p.stat().st_size)
-    ray_root = ray_logs or Path(os.environ.get("RAY_TMPDIR") or "/tmp") / "ray" / "session_latest" / "logs"
-    if ray_root.is_dir():
-        errs = [p for p in ray_root.glob("*.err") if p.is_file() and p.stat().st_size]
-        found += sorted(errs, key=lambda p: p.stat().st_mtime)[-FAILURE_RAY_FILES:]
-    return found
-
-
-def tail_text(path: Path, lines: int = FAILURE_TAIL_LINES, max_bytes: int = FAILURE_TAIL_BYTES) -> str:
-    with open(path, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        f.seek(max(0, f.tell() - max_bytes))
-        text = f.read().decode("utf-8", errors="replace")
-    return "\n".join(text.splitlines()[-lines:]) + "\n"
-
-
-def emit_failure(run_dir: Path, step: str, exit_code: int, ray_logs: Path | None = None, out=None) -> list[str]:
-    """After a failed step: the tails of its logs as files under <run>/failure/ and as W8_RESULT records,
-    so `make results` brings the evidence home after --down. Returns the file names written."""
-    run_dir = Path(run_dir)
-    folder = run_dir / "failure"
-    folder.mkdir(parents=True, exist_ok=True)
-    names = []
-    for path in failure_logs(run_dir, ray_logs):
-        if folder in path.parents:
-            continue
-        source = path.relative_to(run_dir) if run_dir in path.parents else Path("ray") / path.name
-        name = f"failure-{step}-" + "-".join(source.parts)
-        (folder / name).write_text(tail_text(path))
-        names.append(name)
-    summary = {"step": step, "exit_code": exit_code, "tails": names, "lines_each": FAILURE_TAIL_LINES,
-               "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    (folder / f"failure-{step}.json").write_text(json.dumps(summary, indent=1) + "\n")
-    names.insert(0, f"failure-{step}.json")
-    emit_results(folder, names, out=out, run_id=run_dir.name)
-    return names
-
-
-def _emit_cli(argv: list[str]) -> int:
-    """emit RUN_DIR [STEP|FILE ...]: a step means its file outputs; nothing means every small artifact."""
-    from harness.pipeline import STEPS, small_artifacts
-
-    run_dir, items = Path(argv[0]), argv[1:]
-    if not items:
-        names = small_artifacts(run_dir)
-    else:
-        names = []
-        for item in items:
-            names += [n for n in small_artifacts(run_dir, [item]) if n != "run_config.json"] if item in STEPS else [item]
-    emit_results(run_dir, names)
-    return 0
-
-
 if __name__ == "__main__":
     command, rest = (sys.argv[1], sys.argv[2:]) if len(sys.argv) > 1 else ("", [])
     if command == "render" and len(rest) == 1:
         raise SystemExit(_render_in_sky_env(rest))
-    if command == "emit" and rest:
-        raise SystemExit(_emit_cli(rest))
-    if command == "emit-failure" and len(rest) == 3:
-        emit_failure(Path(rest[0]), rest[1], int(rest[2]))
-        raise SystemExit(0)
     if command == "mint-token" and len(rest) == 1:
         raise SystemExit(_mint_in_sky_env(rest))
-    print("usage: python -m harness.cloud render YAML < SCENARIOS | mint-token KEY.json | emit RUN_DIR [STEP ...] | "
-          "emit-failure RUN_DIR STEP EXIT_CODE",
+    print("usage: python -m harness.cloud render YAML < SCENARIOS | mint-token KEY.json",
           file=sys.stderr)
     raise SystemExit(2)

@@ -28,12 +28,14 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness.dataset import is_balanced, min_class_count
+from harness.search import load_trace, steps_to_first_gold, write_json
+
 COMPARE_VERSION = 1
 TASK_FIELDS = ("task_id", "split", "seed", "obs_id", "examples_per_obs", "examples_hash")
 KNOB_FIELDS = ("gold_threshold", "max_iterations", "reward_recall_weight", "search_c", "search_seed")
 # How the operator decodes: both arms must match (the model is the one thing that differs).
 DECODING_FIELDS = ("name", "max_new_tokens", "temperature", "dtype", "generation_config")
-MIN_CLASS_SHARE = 0.4  # same rule as harness.dataset: each class >= 40% of a task's examples
 
 
 class CompareError(ValueError):
@@ -45,8 +47,8 @@ def check_balanced(trace: dict[str, Any], side: str) -> None:
     n_legal, n_illegal = task.get("n_legal"), task.get("n_illegal")
     if n_legal is None or n_illegal is None:
         raise CompareError(f"{side} trace has no class counts (task.n_legal/n_illegal): re-run the search")
-    need = math.ceil(MIN_CLASS_SHARE * (n_legal + n_illegal) - 1e-9)
-    if min(n_legal, n_illegal) < need:
+    need = min_class_count(n_legal + n_illegal)
+    if not is_balanced(n_legal, n_illegal):
         raise CompareError(f"{side} trace's task {task.get('task_id')} is unbalanced: {n_legal} legal / "
                            f"{n_illegal} illegal (each class needs >= {need})")
 
@@ -76,8 +78,9 @@ def check_comparable(frozen: dict[str, Any], trained: dict[str, Any]) -> None:
 
 
 def steps_or_budget(trace: dict[str, Any]) -> int:
-    """steps_to_first_gold, or max_iterations + 1 when no node was gold."""
-    steps = next((n["index"] for n in trace["nodes"] if n["gold"]), None)
+    """steps_to_first_gold with gold recomputed from each node's balanced accuracy and the trace's threshold
+    (never trusted from the file), or max_iterations + 1 when no node is gold."""
+    steps = steps_to_first_gold(trace, trace["knobs"]["gold_threshold"])
     return steps if steps is not None else trace["knobs"]["max_iterations"] + 1
 
 
@@ -186,8 +189,6 @@ def _plot_one(ax: Any, frozen: dict[str, Any], trained: dict[str, Any]) -> None:
 # ---- CLI ----------------------------------------------------------------------------
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from harness.search import load_trace, write_json
-
     p = argparse.ArgumentParser(prog="python -m harness.compare", description="Strictly compare search traces.")
     p.add_argument("--frozen", nargs="+", required=True, help="frozen trace JSON file(s)")
     p.add_argument("--trained", nargs="+", required=True, help="trained trace JSON file(s), same task order")

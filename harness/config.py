@@ -159,6 +159,12 @@ BY_NAME = {k.name: k for k in KNOBS}
 BY_ENV = {k.env: k for k in KNOBS}
 
 
+def default(name: str) -> Any:
+    """A knob's default: the public helpers (score_harness, run_harness, ...) use it when called
+    without the value; the pipeline always passes the resolved knobs."""
+    return BY_NAME[name].default
+
+
 def read_preset(name: str) -> dict[str, str]:
     """presets/<name>.env as {W8_KNOB: value}; ConfigError naming the file and line of a bad entry."""
     path = PRESETS_DIR / f"{name}.env"

@@ -15,13 +15,15 @@ import gzip
 import hashlib
 import json
 import math
-import os
 import random
 import zlib
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, Iterable
+
+from harness.files import atomic_path
+from harness.oracle import KNOWN_VERBS, parse_action
 
 DATA_DIR = Path(__file__).parent / "data"
 SNAPSHOT_PATH = DATA_DIR / "harness_legality.jsonl.gz"
@@ -88,14 +90,11 @@ def split_of(page: str) -> str:
 
 def write_snapshot(records: Iterable[dict], path: Path = SNAPSHOT_PATH) -> int:
     """Write observation records as gzipped JSON lines, atomically (temp file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
     count = 0
-    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as f:
+    with atomic_path(path) as tmp, gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as f:
         for record in records:
             f.write(json.dumps(record, sort_keys=True) + "\n")
             count += 1
-    os.replace(tmp, path)
     return count
 
 
@@ -128,8 +127,6 @@ def examples_of(record: dict) -> list[Example]:
 
 def action_type(action: str) -> str:
     """The verb of an action string ('click', 'fill', ...), 'unknown_verb', or 'malformed'."""
-    from harness.oracle import KNOWN_VERBS, parse_action
-
     parsed = parse_action(action)
     if parsed is None:
         return "malformed"
@@ -143,10 +140,20 @@ def _records_for(split: str, path: Path) -> list[dict]:
     return [r for r in load_snapshot(path) if r["split"] == split]
 
 
+def min_class_count(n: int) -> int:
+    """The fewest examples of each class a task of n examples has (the 40% rule)."""
+    return math.ceil(round(MIN_CLASS_SHARE * n, 9))  # round: 0.4 * 3 is 1.2000000000000002
+
+
+def is_balanced(n_legal: int, n_illegal: int) -> bool:
+    """Each class holds at least MIN_CLASS_SHARE of the examples: an always-reject harness cannot look good."""
+    return min(n_legal, n_illegal) >= min_class_count(n_legal + n_illegal)
+
+
 def _balanced_draw(examples: list[Example], n: int, rng: random.Random) -> list[Example] | None:
     pos = [e for e in examples if e.legal]
     neg = [e for e in examples if not e.legal]
-    lo = math.ceil(round(MIN_CLASS_SHARE * n, 9))  # round: 0.4 * 3 is 1.2000000000000002
+    lo = min_class_count(n)
     if len(pos) < lo or len(neg) < lo or len(examples) < n:
         return None
     n_pos = min(len(pos), max(lo, n - len(neg), round(n * len(pos) / len(examples))))
@@ -189,195 +196,4 @@ def heldout_examples(exclude_obs_id: str, n_obs: int = 8, per_obs: int = 16, see
     out: list[Example] = []
     for record in rng.sample(records, min(n_obs, len(records))):
         out += _balanced_draw(examples_of(record), per_obs, rng) or []
-    return out
-
-
-# ==== training rows: SkyRL parquet rows and SFT rows (harness/env.py and harness/train_local.py read them) ====
-# Every row's prompt is harness.mutation.build_zero_shot_prompt(task): the prompt of node 0
-# of a trace, so training targets exactly what the trace measures. Train rows come from
-# train pages only; the small eval split comes from held-out pages with seeds far from the
-# trace seeds (EVAL_SEED_OFFSET), and is only ever evaluated, never trained on.
-
-ENV_CLASS = "harness_legality"
-DATA_SOURCE = "w8-biayn/harness-legality"
-DEFAULT_TRAIN_DATA_DIR = Path(os.path.expanduser("~/data/w8-biayn/harness-legality"))
-SKYRL_COLUMNS = ("data_source", "prompt", "env_class", "reward_spec", "extra_info")
-EVAL_SEED_OFFSET = 100_000
-EVAL_COUNT = 16
-
-# The SFT assistant turn for small local models: a ~340-token program (SmolLM2 tokens) with
-# the reference oracle's verdicts on the snapshot (tests/test_env.py checks the agreement),
-# written the way a model would answer. The full oracle (harness/oracle.py, ~1.5k tokens)
-# does not fit the completion budgets of the CPU trainer and the local search, so a 135M
-# model trained on it would only ever emit truncated, invalid programs.
-COMPACT_HARNESS = '''import ast
-import re
-
-
-def is_legal_action(state, action):
-    try:
-        call = ast.parse(action.strip(), mode="eval").body
-        verb, args = call.func.id, [ast.literal_eval(a) for a in call.args]
-    except Exception:
-        return False
-    n = {"noop": 1, "scroll": 2, "fill": 2, "press": 2, "select_option": 2}.get(verb, 1)
-    if verb not in "click dblclick hover focus clear fill press select_option scroll noop".split():
-        return False
-    if not n - (verb == "noop") <= len(args) <= n:
-        return False
-    if verb in ("scroll", "noop"):
-        return True
-    m = isinstance(args[0], str) and re.search(r"^\\s*\\[%s\\] (.*)" % re.escape(args[0]), state, re.M)
-    if not m:
-        return False
-    line = m.group(1)
-    if verb in ("press", "focus"):
-        return True
-    if "visible" not in line and "offscreen" not in line or verb != "hover" and "disabled=True" in line:
-        return False
-    if verb in ("click", "dblclick", "hover") and ("zero_size" in line or "covered" in line):
-        return False
-    if verb in ("fill", "clear"):
-        return "editable=" in line and "readonly=True" not in line
-    if verb == "select_option":
-        return "option %r" % args[1] in state
-    return True
-'''
-
-
-def sft_target_source(target: str = "compact") -> str:
-    """Program text of the SFT answer: 'oracle' (harness/oracle.py), 'compact' (COMPACT_HARNESS),
-    or a program given as text (tests train tiny models on tiny programs)."""
-    if "def is_legal_action" in target:
-        return target
-    if target == "oracle":
-        from harness.oracle import oracle_source
-
-        return oracle_source()
-    if target == "compact":
-        return COMPACT_HARNESS
-    raise DatasetError(f"unknown SFT target {target!r}: expected oracle | compact | program text")
-
-
-def ground_truth_json(task: Task) -> str:
-    """reward_spec.ground_truth of a row: the task's state and labeled actions as one JSON string."""
-    return json.dumps({"task_id": task.task_id, "state": task.state,
-                       "examples": [{"action": e.action, "legal": e.legal, "dom_changed": e.dom_changed,
-                                     "error": e.error, "action_type": e.action_type} for e in task.examples]})
-
-
-def examples_from_ground_truth(ground_truth: str | dict) -> list[Example]:
-    """Examples back from a row's ground_truth (JSON string; an already-parsed dict is accepted too)."""
-    data = json.loads(ground_truth) if isinstance(ground_truth, (str, bytes)) else dict(ground_truth or {})
-    state = data.get("state", "")
-    return [Example(state=e.get("state", state), action=e["action"], legal=bool(e["legal"]),
-                    error=e.get("error", ""), dom_changed=bool(e.get("dom_changed", False)),
-                    action_type=e.get("action_type", ""), obs_id=data.get("task_id", ""))
-            for e in data.get("examples", [])]
-
-
-def skyrl_row(task: Task, recall_weight: float = 0.2, gold_threshold: float = 0.90,
-              timeout_s: float = 2.0) -> dict[str, Any]:
-    """One SkyRL prompt row. SkyRL hands everything but prompt/env_class to the env as `extras`;
-    our own fields live under extras["extra_info"] (harness/env.py unwraps them)."""
-    from harness.mutation import build_zero_shot_prompt
-
-    return {"data_source": DATA_SOURCE, "prompt": build_zero_shot_prompt(task), "env_class": ENV_CLASS,
-            "reward_spec": {"method": "rule", "ground_truth": ground_truth_json(task)},
-            "extra_info": {"task_id": task.task_id, "split": task.split, "seed": task.seed, "obs_id": task.obs_id,
-                           "page": task.page, "n_examples": len(task.examples), "recall_weight": recall_weight,
-                           "gold_threshold": gold_threshold, "timeout_s": timeout_s}}
-
-
-def train_tasks(count: int, examples_per_obs: int) -> list[Task]:
-    """The GRPO/SFT tasks: train pages only, seeds 0..count-1."""
-    return [make_task("train", seed, examples_per_obs) for seed in range(count)]
-
-
-def eval_tasks(examples_per_obs: int, count: int = EVAL_COUNT) -> list[Task]:
-    """A small evaluation split from held-out pages (seeds from EVAL_SEED_OFFSET, never the trace seeds)."""
-    return [make_task("heldout", EVAL_SEED_OFFSET + i, examples_per_obs) for i in range(count)]
-
-
-def sft_row(task: Task, target: str = "compact") -> dict[str, Any]:
-    """One SFT row in chat form: the zero-shot prompt, then the reference harness as the answer."""
-    from harness.mutation import build_zero_shot_prompt
-
-    answer = "```python\n" + sft_target_source(target).rstrip() + "\n```"
-    return {"messages": build_zero_shot_prompt(task) + [{"role": "assistant", "content": answer}],
-            "task_id": task.task_id}
-
-
-def write_parquet_rows(rows: list[dict[str, Any]], path: str | Path) -> Path:
-    """Rows -> parquet (nested columns kept as structs and lists), atomically."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    pq.write_table(pa.Table.from_pylist(rows), tmp)
-    os.replace(tmp, path)
-    return path
-
-
-def write_jsonl_rows(rows: list[dict[str, Any]], path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    os.replace(tmp, path)
-    return path
-
-
-def check_skyrl_parquet(path: str | Path) -> int:
-    """Row count of a SkyRL prompt parquet; DatasetError naming the file if it is missing or lacks columns."""
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"training parquet not found: {path}")
-    schema = pq.read_schema(path)
-    missing = [c for c in SKYRL_COLUMNS if c not in schema.names]
-    if missing:
-        raise DatasetError(f"{path} lacks column(s) {', '.join(missing)} (SkyRL rows need {', '.join(SKYRL_COLUMNS)})")
-    return pq.ParquetFile(path).metadata.num_rows
-
-
-@dataclass(frozen=True)
-class TrainingData:
-    """Where the training files of one configuration are, and how many rows each holds."""
-
-    train_parquet: Path
-    eval_parquet: Path
-    sft_dir: Path  # holds train.jsonl: load_dataset(sft_dir, split="train") in SkyRL's SFT trainer and TRL
-    n_train: int
-    n_eval: int
-
-
-def prepare_training_data(train_count: int, examples_per_obs: int, data_dir: str | Path | None = None,
-                          sft_target: str = "compact", recall_weight: float = 0.2, gold_threshold: float = 0.90,
-                          timeout_s: float = 2.0) -> TrainingData:
-    """Write train.parquet, validation.parquet and sft/train.jsonl under data_dir, unless identical ones exist.
-
-    A fingerprint of the inputs (knobs, snapshot manifest, prompt builder output of the first
-    task) decides reuse, so a changed knob or snapshot rebuilds the files.
-    """
-    root = Path(data_dir) if data_dir else DEFAULT_TRAIN_DATA_DIR
-    train = train_tasks(train_count, examples_per_obs)
-    evals = eval_tasks(examples_per_obs)
-    first = skyrl_row(train[0], recall_weight, gold_threshold, timeout_s)
-    key = hashlib.sha256(json.dumps([train_count, examples_per_obs, sft_target_source(sft_target), recall_weight, gold_threshold,
-                                     timeout_s, [t.examples_hash for t in train + evals], first["prompt"]],
-                                    sort_keys=True).encode()).hexdigest()[:16]
-    out = TrainingData(root / "train.parquet", root / "validation.parquet", root / "sft", len(train), len(evals))
-    stamp = root / "fingerprint.json"
-    if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key and out.train_parquet.is_file() \
-            and out.eval_parquet.is_file() and (out.sft_dir / "train.jsonl").is_file():
-        return out
-    write_parquet_rows([skyrl_row(t, recall_weight, gold_threshold, timeout_s) for t in train], out.train_parquet)
-    write_parquet_rows([skyrl_row(t, recall_weight, gold_threshold, timeout_s) for t in evals], out.eval_parquet)
-    write_jsonl_rows([sft_row(t, sft_target) for t in train], out.sft_dir / "train.jsonl")
-    stamp.write_text(json.dumps({"key": key, "train_count": train_count, "examples_per_obs": examples_per_obs,
-                                 "sft_target": sft_target[:40]}) + "\n")
     return out

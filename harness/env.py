@@ -7,15 +7,16 @@
 
 What the env gets: SkyRL's generator calls `skyrl_gym.make("harness_legality",
 env_config=..., extras=row)` where `row` is the dataset row minus `prompt` and
-`env_class`, so our own fields sit under `extras["extra_info"]` and the labeled examples
-under `extras["reward_spec"]["ground_truth"]` (a JSON string, see
-harness.dataset.ground_truth_json). Both nestings are unwrapped here; reading them flat
-is the classic cause of all-zero GRPO rewards, so a row without examples raises an error
-that names the row instead of scoring 0.
+`env_class`, so our own fields (the reward knobs among them) sit under
+`extras["extra_info"]` and the labeled examples under `extras["reward_spec"]["ground_truth"]`
+(a JSON string, see harness.training_data.ground_truth_json). Both nestings are unwrapped
+here; reading them flat is the classic cause of all-zero GRPO rewards, so a row without
+examples or knobs raises an error that names the row instead of scoring 0.
 
 The reward is harness.rewards' composite reward of the program extracted from the answer
-(harness.interface via rewards.score_text), run in harness.sandbox; this module only
-wires them up. The local TRL trainer calls the same `step` as its reward function.
+(harness.interface via rewards.score_with), run in harness.sandbox with the row's knobs
+(recall weight, gold threshold, sandbox timeout and backend); this module only wires them
+up. The local TRL trainer calls the same `step` as its reward function.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from typing import Any
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 
-from harness.dataset import ENV_CLASS, examples_from_ground_truth
-from harness.rewards import DEFAULT_GOLD_THRESHOLD, DEFAULT_RECALL_WEIGHT, is_gold, score_text
+from harness.rewards import RewardKnobs, score_with
+from harness.training_data import ENV_CLASS, examples_from_ground_truth
 
 ENTRY_POINT = "harness.env:HarnessLegalityEnv"
 
@@ -70,16 +71,17 @@ class HarnessLegalityEnv(BaseTextEnv):
         self.info = row_extra_info(extras)
         self.row_id = str(self.info.get("task_id") or extras.get("uid") or "<row without task_id>")
         self.examples = row_examples(extras, self.row_id)
-        self.recall_weight = float(self.info.get("recall_weight", DEFAULT_RECALL_WEIGHT))
-        self.gold_threshold = float(self.info.get("gold_threshold", DEFAULT_GOLD_THRESHOLD))
-        self.timeout_s = float(self.info.get("timeout_s", 2.0))
+        try:
+            self.knobs = RewardKnobs.from_row(self.info)
+        except (KeyError, TypeError, ValueError) as err:
+            raise EnvRowError(f"row {self.row_id}: extra_info lacks the reward knob {err} (rows carry "
+                              "recall_weight, gold_threshold, timeout_s, sandbox: harness.training_data)") from None
         self.max_turns = 1
         self._metrics: dict[str, float] = {}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
         self.turns += 1
-        code, score = score_text(action, self.examples, self.recall_weight, self.timeout_s)
-        gold = is_gold(score, self.gold_threshold)
+        code, score, gold = score_with(action, self.examples, self.knobs)
         # sandbox_failed: the sandbox, not the program, failed (the GRPO guard stops a run on it);
         # reason is text: SkyRL's aggregation averages the numbers and drops it, the guard reads it.
         self._metrics = {"reward": score.reward, "balanced_accuracy": score.balanced_accuracy,

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from harness.files import atomic_dir
+
 EXPORT_DIR = re.compile(r"global_step_(\d+)")
 
 
@@ -59,3 +61,18 @@ def fetch_newest_export(uri: str, local_root: str | Path) -> Path:
     fs.get(remote.rstrip("/") + "/", str(partial), recursive=True)
     partial.rename(target)  # the config.json that marks it complete appears only with the whole folder
     return target
+
+
+def save_hf(model, tokenizer, final: Path, extra_files: dict[str, str] | None = None) -> Path:
+    """Save model + tokenizer (+ small text files) to `final` whole or not at all (harness.files.atomic_dir)."""
+    with atomic_dir(final) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text)
+    return final
+
+
+def export_policy(model, tokenizer, out_dir: str | Path, step: int) -> Path:
+    """An HF export at out_dir/global_step_N/policy: SkyRL's layout, so steps 03 and 04 find it alike."""
+    return save_hf(model, tokenizer, Path(out_dir) / f"global_step_{step}" / "policy")

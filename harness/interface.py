@@ -27,7 +27,6 @@ import ast
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import Protocol
 
 FUNCTION_NAME = "is_legal_action"
 SIGNATURE = f"def {FUNCTION_NAME}(state: str, action: str) -> bool:"
@@ -41,12 +40,6 @@ class Validation:
 
     ok: bool
     reason: str = ""
-
-
-class Harness(Protocol):
-    """What a loaded program's is_legal_action is (the reference is harness/oracle.py)."""
-
-    def __call__(self, state: str, action: str) -> bool: ...
 
 
 # ---- extraction ----------------------------------------------------------------

@@ -2,36 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
-_KINDS = [  # (kind, pattern on the browser's error text), first match wins
-    ("unknown_bid", r"Could not find element with bid"),
-    ("bad_bid_type", r"expected a string"),
-    ("empty_or_unparsable", r"Received an empty action|Received a multi-action"),
-    ("unknown_verb", r"^NameError"),
-    ("wrong_arguments", r"^TypeError"),
-    ("not_editable", r"not an <input>|cannot be filled|not editable|Element is not an"),
-    ("not_a_select", r"not a <select>"),
-    ("timeout", r"Timeout|timeout"),
-    ("syntax", r"^SyntaxError|ParseException"),
-]
-
-
-def error_kind(error: str) -> str:
-    """A short class for the browser's error text ('' for a legal action)."""
-    if not error:
-        return ""
-    for kind, pattern in _KINDS:
-        if re.search(pattern, error):
-            return kind
-    return "other:" + error.split(":")[0][:40]
-
+from harness.browser import error_kind
+from harness.dataset import action_type
 
 def snapshot_stats(records: list[dict]) -> dict[str, Any]:
-    from harness.dataset import action_type
-
     per_split: dict[str, Counter] = {}
     per_type: dict[str, Counter] = {}
     kinds: Counter = Counter()

@@ -42,8 +42,9 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from harness.files import REPO_ROOT, WORK_DIR
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+
 SKYRL_VERSION = "0.4.0"
 SKYRL_GIT_URL = "https://github.com/NovaSky-AI/SkyRL.git"
 SKYRL_REF = "skyrl-v0.4.0"  # the node's checkout (scripts/node_setup.sh; W8_SKYRL_REF overrides it there)
@@ -54,7 +55,7 @@ SKYRL_RELEASED = "2026-10-01T21:17:41Z"
 UV_VERSION = "0.13.8"
 SIMPLE_INDEX = "https://pypi.org/simple/"
 NODE_REQUIREMENTS = REPO_ROOT / "sky" / "requirements-node.txt"
-CACHE_DIR = REPO_ROOT / ".w8-biayn" / "cache" / f"skyrl-{SKYRL_VERSION}"
+CACHE_DIR = WORK_DIR / "cache" / f"skyrl-{SKYRL_VERSION}"
 PLATFORM = "x86_64-manylinux_2_28"  # the GCP node: linux x86_64, glibc >= 2.28
 PYTHON_VERSION = "3.12"
 REPORTED = ("torch", "vllm", "transformers", "ray")  # versions the summary names

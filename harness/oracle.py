@@ -1,8 +1,9 @@
 """The hand-written reference harness: is_legal_action(state, action) -> bool.
 
 It is the benchmark's sanity check (the labels must be predictable from the state) and
-the assistant turn of the SFT rows, so this module is self-contained: standard library
-only, no imports from the repo. `oracle_source()` is its program text.
+the SFT target (`sft_target_source`: the oracle itself on the GPU node, COMPACT_HARNESS,
+its shorter form with the same verdicts, on CPU), so this module is self-contained:
+standard library only, no imports from the repo. `oracle_source()` is its program text.
 
 The rules mirror what BrowserGym 0.14.3 + Playwright do with a bid action:
 - the action string must parse to one known call with arguments its function accepts;
@@ -159,3 +160,56 @@ def oracle_source() -> str:
     from pathlib import Path
 
     return Path(__file__).read_text().split("# --- end of the harness")[0].rstrip() + "\n"
+
+
+# The SFT target of small local models: the oracle's verdicts on the whole snapshot
+# (tests/test_env.py checks the agreement) in ~385 SmolLM2 tokens with its code fence,
+# written the way a model would answer. The full oracle above (~1.7k SmolLM2 tokens) does
+# not fit the completion budgets of the CPU trainer and the local search, so a 135M model
+# trained on it would only ever emit truncated, invalid programs. The GPU node trains on
+# the full oracle (its budget holds it; harness.training_data.sft_target_for).
+COMPACT_HARNESS = '''import ast
+import re
+
+
+def is_legal_action(state, action):
+    try:
+        call = ast.parse(action.strip(), mode="eval").body
+        verb, args = call.func.id, [ast.literal_eval(a) for a in call.args]
+    except Exception:
+        return False
+    n = {"noop": 1, "scroll": 2, "fill": 2, "press": 2, "select_option": 2}.get(verb, 1)
+    if verb not in "click dblclick hover focus clear fill press select_option scroll noop".split():
+        return False
+    if not n - (verb == "noop") <= len(args) <= n:
+        return False
+    if verb in ("scroll", "noop"):
+        return True
+    m = isinstance(args[0], str) and re.search(r"^\\s*\\[%s\\] (.*)" % re.escape(args[0]), state, re.M)
+    if not m:
+        return False
+    line = m.group(1)
+    if verb in ("press", "focus"):
+        return True
+    if "visible" not in line and "offscreen" not in line or verb != "hover" and "disabled=True" in line:
+        return False
+    if verb in ("click", "dblclick", "hover") and ("zero_size" in line or "covered" in line):
+        return False
+    if verb in ("fill", "clear"):
+        return "editable=" in line and "readonly=True" not in line
+    if verb == "select_option":
+        return "option %r" % args[1] in state
+    return True
+'''
+
+
+def sft_target_source(target: str) -> str:
+    """Program text of the SFT answer: 'oracle' (the harness above), 'compact' (COMPACT_HARNESS),
+    or a program given as text (tests train tiny models on tiny programs)."""
+    if "def is_legal_action" in target:
+        return target
+    if target == "oracle":
+        return oracle_source()
+    if target == "compact":
+        return COMPACT_HARNESS
+    raise ValueError(f"unknown SFT target {target!r}: expected oracle | compact | program text")

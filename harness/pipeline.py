@@ -1,4 +1,4 @@
-"""The r3 pipeline's run folder: run id, resolved knobs, step markers, atomic writes.
+"""The r3 pipeline's run folder: run id, resolved knobs and hyperparameters, step markers.
 
     from harness.pipeline import open_run, step_is_done, mark_done
     run = open_run(cfg)                  # .w8-biayn/runs/<run-id>/ with run_config.json written
@@ -15,8 +15,11 @@ Each numbered script runs through `run_step`: it skips a complete step, and prin
 `W8_RESULT {json}` line per small file the step wrote (also when skipping, so the log of a
 resumed run carries every result).
 
-Also a tiny CLI for run_r3.sh (stdlib + harness.config only, fast to start):
-    python -m harness.pipeline init          # print the run dir (creates it, writes run_config.json)
+Also a tiny CLI for run_r3.sh (standard library and small harness modules: fast to start):
+    python -m harness.pipeline init                      # print the run dir (creates it, writes run_config.json)
+    python -m harness.pipeline knob backend              # one resolved knob (preset applied)
+    python -m harness.pipeline emit RUN_DIR [STEP ...]   # W8_RESULT lines of a run's small artifacts
+    python -m harness.pipeline emit-failure RUN_DIR STEP CODE   # a failed step's log tails as W8_RESULT lines
 """
 
 from __future__ import annotations
@@ -35,10 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from harness.exports import newest_export
 from harness.config import BY_NAME, KNOBS, Config, ConfigError, add_flags, load_config, load_config_or_exit
+from harness.exports import newest_export
+from harness.files import REPO_ROOT, WORK_DIR, atomic_write_bytes, atomic_write_json
+from harness.hparams import hparams_record
+from harness.records import emit_failure, emit_results
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = "r3"
 STEPS = ("01_frozen_trace", "02_sft", "03_grpo", "04_trained_trace", "05_compare")
 # Recorded in run_config.json; missing ones are recorded as null (e.g. vllm off the GPU node).
@@ -53,7 +58,7 @@ class RunError(RuntimeError):
 
 def runs_root() -> Path:
     """Where run folders live: W8_RUNS_ROOT (tests, CI) or .w8-biayn/runs in the repo."""
-    return Path(os.environ.get("W8_RUNS_ROOT") or REPO_ROOT / ".w8-biayn" / "runs")
+    return Path(os.environ.get("W8_RUNS_ROOT") or WORK_DIR / "runs")
 
 
 # ---- run id --------------------------------------------------------------------------------
@@ -74,25 +79,6 @@ def resolve_run_id(cfg: Config) -> str:
     if not re.fullmatch(RUN_ID_PATTERN, run_id):
         raise RunError(f"W8_RUN_ID={run_id!r}: expected letters, digits, '.', '_' or '-' (no '/')")
     return run_id
-
-
-# ---- atomic writes -------------------------------------------------------------------------
-def atomic_write_bytes(path: Path, data: bytes) -> Path:
-    """Write via a temp file in the same folder, then rename: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def atomic_write_json(path: Path, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
 # ---- run_config.json -----------------------------------------------------------------------
@@ -144,6 +130,7 @@ def run_config(cfg: Config, run_id: str) -> dict[str, Any]:
         "env": {BY_NAME[name].env: value for name, value in knobs.items()},
         "model": cfg.harness_model,
         "backend": cfg.backend,
+        "hparams": hparams_record(cfg.backend),
         "accelerators": {"requested": cfg.accelerators if cfg.backend == "skyrl" else "cpu",
                          "detected": gpus or ["cpu"]},
         "git_sha": git_sha(),
@@ -289,83 +276,10 @@ def run_step(step: str, doc: str, body: Callable[[Config, Path, argparse.Namespa
 
 def emit_step_results(run_dir: Path, step: str) -> None:
     """One `W8_RESULT {json}` line per small file the step wrote (logs carry results home)."""
-    from harness.cloud import emit_results
-
     emit_results(run_dir, [name for name in small_artifacts(run_dir, [step]) if name != "run_config.json"])
 
 
-# ---- what the steps share: trace files, searches, exports -----------------------------------
-def write_traces(path: Path, role: str, model: str, traces: list[dict[str, Any]]) -> Path:
-    """frozen_trace.json / trained_trace.json: {"role", "model", "traces": [one trace per task]}."""
-    return atomic_write_json(path, {"role": role, "model": model, "traces": traces})
-
-
-def load_traces(path: Path) -> list[dict[str, Any]]:
-    """The traces of a trace file written by write_traces (or a single plain trace JSON)."""
-    data = json.loads(Path(path).read_text())
-    return data["traces"] if "traces" in data else [data]
-
-
-def trace_seeds(cfg: Config) -> list[int]:
-    return [cfg.trace_task_seed + i for i in range(cfg.trace_tasks)]
-
-
-def run_trace_searches(cfg: Config, run_dir: Path, role: str, say=print) -> list[dict[str, Any]]:
-    """One search per held-out trace task with the operator the knobs describe (model = cfg.harness_model).
-
-    Each search saves its state under search/ after every node, so a killed step resumes mid-search.
-    Prints live `steps_to_gold <role> ...` lines.
-    """
-    from harness.dataset import DatasetError, heldout_examples, make_task
-    from harness.mutation import OperatorError, operator_from_config
-    from harness.search import SearchStateError, run_search
-
-    try:
-        operator = operator_from_config(cfg)
-    except (OperatorError, RuntimeError) as err:  # ModelError (unknown / uncached model) is a RuntimeError
-        raise StepError(f"operator: {err}") from None
-    traces = []
-    for seed in trace_seeds(cfg):
-        try:
-            task = make_task("heldout", seed, cfg.trace_examples_per_obs)
-            heldout = heldout_examples(task.obs_id)
-        except DatasetError as err:
-            raise StepError(f"trace task seed {seed}: {err}") from None
-        say(f"steps_to_gold {role} task {task.task_id}: searching (budget {cfg.trace_max_iterations})", flush=True)
-        try:
-            trace = run_search(task, operator, cfg.trace_max_iterations, cfg.harness_gold_threshold, cfg.search_c,
-                               cfg.reward_recall_weight, cfg.search_seed, cfg.sandbox_timeout_s, heldout,
-                               state_path=run_dir / "search" / f"{role}-seed{seed}.state.json",
-                               progress=lambda line: say(f"steps_to_gold {role} {line}", flush=True))
-        except SearchStateError as err:
-            raise StepError(str(err)) from None
-        data = trace.to_trace()
-        steps = data["steps_to_first_gold"]
-        say(f"steps_to_gold {role} task {task.task_id} = {steps if steps is not None else 'not reached'} "
-            f"({data['n_nodes']} nodes, best balanced accuracy {data['best_balanced_accuracy']:.3f})", flush=True)
-        traces.append(data)
-    return traces
-
-
-def steps_summary(traces: list[dict[str, Any]]) -> str:
-    parts = [f"{t['task']['task_id']}: {t['steps_to_first_gold'] if t['steps_to_first_gold'] is not None else '-'}"
-             f"/{t['knobs']['max_iterations'] + 1}" for t in traces]
-    gold = sum(t["steps_to_first_gold"] is not None for t in traces)
-    return f"gold reached on {gold}/{len(traces)} task(s); steps_to_gold {'; '.join(parts)}"
-
-
-def trainer(name: str) -> Callable[..., Any]:
-    """harness.train_local.<name> (train_sft, train_grpo); StepError if the trainer lacks it."""
-    try:
-        from harness import train_local
-    except ImportError as err:
-        raise StepError(f"the embedded trainer harness/train_local.py cannot be imported ({err})") from None
-    fn = getattr(train_local, name, None)
-    if fn is None:
-        raise StepError(f"harness.train_local has no {name}(): the embedded trainer is incomplete")
-    return fn
-
-
+# ---- after training -------------------------------------------------------------------------
 def finish_training(run_dir: Path, out_dir: Path, kind: str, wall_s: float, extra: dict | None = None) -> StepResult:
     """After SFT/GRPO: the newest export and <kind>_metrics.json (the trainer's metrics.json, annotated).
 
@@ -416,6 +330,16 @@ def _cli(argv: list[str]) -> int:
                   f"{first_pending_step(run_dir) or 'none (finished)'}", file=sys.stderr)
         print(run_dir)
         return 0
+    if argv[:1] == ["emit"] and len(argv) >= 2:
+        run_dir, items = Path(argv[1]), argv[2:]
+        names = small_artifacts(run_dir) if not items else [
+            n for item in items for n in (small_artifacts(run_dir, [item]) if item in STEPS else [item])
+            if not (item in STEPS and n == "run_config.json")]
+        emit_results(run_dir, names)
+        return 0
+    if argv[:1] == ["emit-failure"] and len(argv) == 4:
+        emit_failure(Path(argv[1]), argv[2], int(argv[3]))
+        return 0
     if len(argv) == 2 and argv[0] == "knob" and argv[1] in BY_NAME:
         try:
             print(getattr(load_config(), argv[1]))
@@ -423,7 +347,8 @@ def _cli(argv: list[str]) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 2
         return 0
-    print("usage: python -m harness.pipeline init | knob NAME", file=sys.stderr)
+    print("usage: python -m harness.pipeline init | knob NAME | emit RUN_DIR [STEP|FILE ...] | "
+          "emit-failure RUN_DIR STEP EXIT_CODE", file=sys.stderr)
     return 2
 
 

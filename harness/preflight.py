@@ -28,13 +28,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.dataset import make_task, skyrl_row
+from harness.config import load_config
+from harness.dataset import make_task
 from harness.env import register_env
 from harness.oracle import oracle_source
-from harness.rewards import DEFAULT_GOLD_THRESHOLD
+from harness.rewards import RewardKnobs
 from harness.sandbox import sandbox_info
+from harness.training_data import skyrl_row
+from harness.files import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+
 # Minimum NVIDIA driver (major) per CUDA version torch was built for, newest first. Source: NVIDIA's CUDA
 # Toolkit release notes, "CUDA Toolkit and Corresponding Driver Versions" (13.0 GA >= 580.65.06, 12.9 GA
 # >= 575.51.03, 12.8 GA >= 570.26) and minor-version compatibility for the rest of 12.x (>= 525.60.13).
@@ -132,19 +135,19 @@ def probe_gpu_libraries(names: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
-def score_oracle() -> dict[str, Any]:
+def score_oracle(knobs: RewardKnobs) -> dict[str, Any]:
     """The reference oracle's metrics on REWARD_TASK through skyrl_gym.make, as SkyRL's generator builds the env."""
     import skyrl_gym
 
     register_env()
-    row = skyrl_row(make_task(*REWARD_TASK))
+    row = skyrl_row(make_task(*REWARD_TASK), knobs)
     env = skyrl_gym.make(row["env_class"], env_config={},
                          extras={k: v for k, v in row.items() if k not in ("prompt", "env_class")})
     env.step("```python\n" + oracle_source() + "```")
     return env.get_metrics()
 
 
-def probe_reward_in_ray(repo: Path) -> dict[str, Any]:
+def probe_reward_in_ray(repo: Path, knobs: RewardKnobs) -> dict[str, Any]:
     """score_oracle in a Ray task (the worker imports `harness` through PYTHONPATH=repo); a failed task
     comes back as balanced accuracy 0 with its error as the reason."""
     import ray
@@ -154,7 +157,7 @@ def probe_reward_in_ray(repo: Path) -> dict[str, Any]:
         ray.init(ignore_reinit_error=True, log_to_driver=False)
     try:
         task = ray.remote(num_cpus=1)(score_oracle).options(runtime_env={"env_vars": {"PYTHONPATH": str(repo)}})
-        return ray.get(task.remote(), timeout=300)
+        return ray.get(task.remote(knobs), timeout=300)
     except Exception as err:  # RayTaskError, GetTimeoutError, a worker that could not import harness
         return {"balanced_accuracy": 0.0, "reason": f"Ray task failed: {type(err).__name__}: "
                                                     f"{(str(err).strip().splitlines() or [''])[-1][:200]}"}
@@ -192,8 +195,10 @@ def gpu_checks() -> list[tuple[str, Callable[[], tuple[str, str]]]]:
 
 
 def cpu_checks() -> list[tuple[str, Callable[[], tuple[str, str]]]]:
-    return [("sandbox", lambda: check_sandbox(sandbox_info())),
-            ("reward", lambda: check_reward(probe_reward_in_ray(REPO_ROOT), DEFAULT_GOLD_THRESHOLD))]
+    """The sandbox and the reward with the run's knobs (W8_PRESET on the node): what GRPO will use."""
+    knobs = RewardKnobs.from_config(load_config())
+    return [("sandbox", lambda: check_sandbox(sandbox_info(knobs.sandbox))),
+            ("reward", lambda: check_reward(probe_reward_in_ray(REPO_ROOT, knobs), knobs.gold_threshold))]
 
 
 def run_checks(checks: list[tuple[str, Callable[[], tuple[str, str]]]]) -> int:

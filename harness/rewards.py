@@ -3,7 +3,7 @@
     from harness.rewards import score_harness, is_gold
     s = score_harness(code, task.examples)   # runs the code in the sandbox, scores in this process
     s.reward, s.balanced_accuracy, s.effective_recall, s.valid, s.reason, s.failures
-    is_gold(s)                               # balanced_accuracy >= 0.90 (knob harness_gold_threshold)
+    is_gold(s)                               # balanced_accuracy >= W8_HARNESS_GOLD_THRESHOLD (0.90)
 
 The arithmetic (DESIGN.md, legal = positive):
 - balanced_accuracy = (TPR + TNR) / 2; if a class has no examples, the other class's
@@ -30,11 +30,40 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
+from harness.config import default
 from harness.dataset import Example
+from harness.interface import extract_code, validate_code
+from harness.sandbox import run_harness
 
-DEFAULT_RECALL_WEIGHT = 0.2
-DEFAULT_GOLD_THRESHOLD = 0.90
 MAX_ERROR_CHARS = 300  # harness/browser error texts are clipped: they feed prompts and traces
+
+
+@dataclass(frozen=True)
+class RewardKnobs:
+    """How a run scores programs; the search, the env's rows and both trainers share one of these."""
+
+    recall_weight: float  # W8_REWARD_RECALL_WEIGHT
+    gold_threshold: float  # W8_HARNESS_GOLD_THRESHOLD
+    timeout_s: float  # W8_SANDBOX_TIMEOUT_S
+    sandbox: str  # W8_SANDBOX: auto | local | daytona
+
+    ROW_KEYS = ("recall_weight", "gold_threshold", "timeout_s", "sandbox")
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "RewardKnobs":
+        return cls(cfg.reward_recall_weight, cfg.harness_gold_threshold, cfg.sandbox_timeout_s, cfg.sandbox)
+
+    @classmethod
+    def from_row(cls, info: dict[str, Any]) -> "RewardKnobs":
+        """From a training row's extra_info; KeyError names the first missing field."""
+        missing = [k for k in cls.ROW_KEYS if k not in info]
+        if missing:
+            raise KeyError(missing[0])
+        return cls(float(info["recall_weight"]), float(info["gold_threshold"]), float(info["timeout_s"]),
+                   str(info["sandbox"]))
+
+    def as_row(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.ROW_KEYS}
 
 
 @dataclass(frozen=True)
@@ -100,10 +129,10 @@ def invalid_score(reason: str, n_examples: int = 0, wall_s: float = 0.0, infra: 
                  wall_s=wall_s, infra=infra)
 
 
-def score_predictions(predictions: Sequence[Any], examples: Sequence[Example],
-                      recall_weight: float = DEFAULT_RECALL_WEIGHT,
+def score_predictions(predictions: Sequence[Any], examples: Sequence[Example], recall_weight: float | None = None,
                       example_errors: Sequence[str] | None = None, wall_s: float = 0.0) -> Score:
     """The reward arithmetic on predictions (one per example; anything but a bool is wrong)."""
+    recall_weight = default("reward_recall_weight") if recall_weight is None else recall_weight
     if len(predictions) != len(examples):
         return invalid_score(f"harness returned {len(predictions)} predictions for {len(examples)} examples",
                              len(examples), wall_s)
@@ -134,39 +163,42 @@ def score_predictions(predictions: Sequence[Any], examples: Sequence[Example],
                  wall_s=wall_s)
 
 
-def is_gold(score: Score | float, threshold: float = DEFAULT_GOLD_THRESHOLD) -> bool:
-    """Gold iff the program is valid and its balanced accuracy reaches the threshold."""
+def is_gold(score: Score | float, threshold: float | None = None) -> bool:
+    """Gold iff the program is valid and its balanced accuracy reaches the threshold (a float: a
+    balanced accuracy, as a trace node records it)."""
+    threshold = default("harness_gold_threshold") if threshold is None else threshold
     if isinstance(score, Score):
         return score.valid and score.balanced_accuracy >= threshold
     return float(score) >= threshold
 
 
-def score_harness(code: str | None, examples: Sequence[Example], recall_weight: float = DEFAULT_RECALL_WEIGHT,
-                  timeout_s: float = 2.0, runner: Callable[..., Any] | None = None) -> Score:
+def score_harness(code: str | None, examples: Sequence[Example], recall_weight: float | None = None,
+                  timeout_s: float | None = None, runner: Callable[..., Any] | None = None,
+                  sandbox: str | None = None) -> Score:
     """Validate `code`, run it on the unlabeled examples in the sandbox and score the predictions.
 
     `code` is program text already extracted from model output (harness.interface does the
     extraction); None or "" means nothing was extracted. `runner` defaults to
-    harness.sandbox.run_harness (same signature). Never raises for a bad program.
+    harness.sandbox.run_harness (same signature); `sandbox` is its backend. Values left None
+    are the knob table's defaults. Never raises for a bad program.
     """
     examples = list(examples)
+    recall_weight = default("reward_recall_weight") if recall_weight is None else recall_weight
     try:
-        return _score_harness(code, examples, recall_weight, timeout_s, runner)
+        return _score_harness(code, examples, recall_weight, timeout_s, runner or run_harness, sandbox)
     except Exception as err:  # a scored result with a reason, never an exception into the search
         return invalid_score(f"scoring failed: {type(err).__name__}: {err}", len(examples))
 
 
-def _score_harness(code: str | None, examples: list[Example], recall_weight: float, timeout_s: float,
-                   runner: Callable[..., Any] | None) -> Score:
+def _score_harness(code: str | None, examples: list[Example], recall_weight: float, timeout_s: float | None,
+                   runner: Callable[..., Any], sandbox: str | None) -> Score:
     if not code or not str(code).strip():
         return invalid_score("no code in the model output", len(examples))
     problem = validation_problem(code)
     if problem:
         return invalid_score(problem, len(examples))
-    if runner is None:
-        from harness.sandbox import run_harness as runner
     try:
-        run = runner(code, [e.unlabeled() for e in examples], timeout_s=timeout_s)
+        run = runner(code, [e.unlabeled() for e in examples], timeout_s=timeout_s, backend=sandbox)
     except Exception as err:  # the sandbox must not take the search down with it
         return invalid_score(f"sandbox failed: {type(err).__name__}: {err}", len(examples), infra=True)
     wall_s = float(getattr(run, "wall_s", 0.0) or 0.0)
@@ -178,8 +210,6 @@ def _score_harness(code: str | None, examples: list[Example], recall_weight: flo
 
 def validation_problem(code: str) -> str:
     """harness.interface's one-line rejection reason for `code`, or "" if it meets the contract."""
-    from harness.interface import validate_code
-
     try:
         result = validate_code(code)
     except Exception as err:  # validation is static, but bad input must still become a reason
@@ -189,13 +219,18 @@ def validation_problem(code: str) -> str:
     return "" if getattr(result, "ok", False) else str(getattr(result, "reason", "") or "invalid program")
 
 
-def score_text(text: str | bytes | None, examples: Sequence[Example], recall_weight: float = DEFAULT_RECALL_WEIGHT,
-               timeout_s: float = 2.0, runner: Callable[..., Any] | None = None) -> tuple[str, Score]:
+def score_text(text: str | bytes | None, examples: Sequence[Example], recall_weight: float | None = None,
+               timeout_s: float | None = None, runner: Callable[..., Any] | None = None,
+               sandbox: str | None = None) -> tuple[str, Score]:
     """Extract the program from raw model output (harness.interface) and score it: (code, score)."""
-    from harness.interface import extract_code
-
     try:
         code = extract_code(text if text is not None else "")
     except Exception as err:
         return "", invalid_score(f"extraction failed: {type(err).__name__}: {err}", len(list(examples)))
-    return code, score_harness(code, examples, recall_weight, timeout_s, runner)
+    return code, score_harness(code, examples, recall_weight, timeout_s, runner, sandbox)
+
+
+def score_with(text: str | bytes | None, examples: Sequence[Example], knobs: RewardKnobs) -> tuple[str, Score, bool]:
+    """score_text with a run's reward knobs: (code, score, gold)."""
+    code, score = score_text(text, examples, knobs.recall_weight, knobs.timeout_s, sandbox=knobs.sandbox)
+    return code, score, is_gold(score, knobs.gold_threshold)

@@ -59,7 +59,6 @@ from __future__ import annotations
 import atexit
 import json
 import logging
-import math
 import os
 import select
 import shutil
@@ -69,24 +68,22 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 from harness import sandbox_runner
+from harness.config import default
+from harness.sandbox_daytona import DaytonaBackend, mask
+from harness.sandbox_protocol import (  # noqa: F401  (HarnessRun and SandboxError re-exported: the public API)
+    RUNNER_PATH, HarnessRun, SandboxError, build_request, failed_run, parse_reply, text_problem,
+)
 from harness.sandbox_runner import (  # noqa: F401  (limits re-exported: tests and tools read them here)
     ERROR_CHARS, EXTRA_PROCESSES, FILE_SIZE_LIMIT_BYTES, MAX_CODE_CHARS, MAX_EXAMPLES, MEMORY_LIMIT_BYTES,
     OPEN_FILES_LIMIT, RESULT_MARKER, SANDBOX_UID_BASE, STDOUT_TAIL_CHARS,
 )
 
-RUNNER_PATH = os.path.abspath(sandbox_runner.__file__)  # what a zygote runs, and what Daytona receives
 REPLY_CAP_BYTES = 4 << 20  # bytes the caller reads from a zygote per program
 REPLY_GRACE_S = 1.0  # the caller kills a zygote whose reply is this late
 WORKER_START_TIMEOUT_S = 15.0
-
-
-class SandboxError(RuntimeError):
-    """The sandbox itself cannot run (not a property of the program)."""
-
 
 
 log = logging.getLogger("harness.sandbox")
@@ -94,71 +91,6 @@ log = logging.getLogger("harness.sandbox")
 ENV_ALLOW = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
              "HOME": "/tmp", "TMPDIR": "/tmp", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
 
-
-@dataclass(frozen=True)
-class HarnessRun:
-    """One program run on a list of examples.
-
-    ok is False when the program could not be run as a whole (invalid, failed to
-    load, wall-time limit, sandbox trouble); error then says why in one line.
-    predictions has one entry per example: True/False, or None where that
-    example failed (example_errors says why: exception, timeout, non-bool).
-    """
-
-    ok: bool
-    error: str
-    predictions: tuple[bool | None, ...]
-    example_errors: tuple[str, ...]
-    wall_s: float
-    stdout_tail: str = ""
-    backend: str = "local"
-    infra: bool = False  # the sandbox failed, not the program: a score of 0 here says nothing about the code
-
-
-def _failed(n: int, error: str, wall_s: float, backend: str = "local", why: str = "not run",
-            infra: bool = False) -> HarnessRun:
-    return HarnessRun(False, error, (None,) * n, (why,) * n, wall_s, "", backend, infra)
-
-
-def _request(code: str, examples: Sequence[Any], timeout_s: float, per_example_s: float) -> dict:
-    """The only data that crosses into the sandbox: code, states (deduplicated), actions, limits."""
-    states: dict[str, int] = {}
-    pairs = []
-    for ex in examples:
-        state, action = (ex["state"], ex["action"]) if isinstance(ex, dict) else (ex.state, ex.action)
-        if not isinstance(state, str) or not isinstance(action, str):
-            raise TypeError("each example needs a str state and a str action")
-        pairs.append([states.setdefault(state, len(states)), action])
-    return {"code": code, "states": list(states), "examples": pairs,
-            "timeout_s": float(timeout_s), "per_example_s": float(per_example_s)}
-
-
-def _text_problem(code: Any) -> str:
-    if not isinstance(code, str):
-        return f"program must be text, got {type(code).__name__}"
-    if not code.strip():
-        return "empty program"
-    if "\x00" in code:
-        return "program contains NUL bytes"
-    if len(code) > MAX_CODE_CHARS:
-        return f"program is too long: {len(code)} characters > {MAX_CODE_CHARS}"
-    return ""
-
-
-def _parse_reply(raw: Any, n: int, wall_s: float, backend: str) -> HarnessRun:
-    """Trust nothing from inside: check every field's type and length."""
-    if not isinstance(raw, dict):
-        return _failed(n, "sandbox reply was not an object", wall_s, backend, infra=True)
-    if "fatal" in raw:
-        return _failed(n, f"sandbox error: {str(raw['fatal'])[:ERROR_CHARS]}", wall_s, backend, infra=True)
-    preds, errors = raw.get("predictions"), raw.get("errors")
-    if not (isinstance(preds, list) and isinstance(errors, list) and len(preds) == n == len(errors)
-            and all(p is None or type(p) is bool for p in preds) and all(isinstance(e, str) for e in errors)
-            and type(raw.get("ok")) is bool and isinstance(raw.get("error"), str)):
-        return _failed(n, "sandbox reply malformed", wall_s, backend, infra=True)
-    out = raw.get("out") if isinstance(raw.get("out"), str) else ""
-    return HarnessRun(raw["ok"], raw["error"][:ERROR_CHARS + 60], tuple(preds),
-                      tuple(e[:ERROR_CHARS] for e in errors), wall_s, out[-STDOUT_TAIL_CHARS:], backend)
 
 
 # ---- local backend: zygote workers ---------------------------------------
@@ -313,90 +245,15 @@ class _LocalPool:
             worker.kill()
 
 
-# ---- Daytona backend -----------------------------------------------------
-
-def _make_daytona_client(api_key: str) -> Any:
-    """The SDK client (importing `daytona` costs seconds of CPU: only when the backend is chosen)."""
-    import warnings
-    from daytona import Daytona, DaytonaConfig
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # the SDK reads its own deprecated server_url
-        return Daytona(DaytonaConfig(api_key=api_key))
-
-
-def _mask(text: str, secret: str) -> str:
-    return text.replace(secret, "***") if secret else text
-
-
-class DaytonaBackend:
-    """Runs each program in a Daytona sandbox: one `process.code_run` per program, all examples batched.
-
-    `client` is a `daytona.Daytona` (built from DAYTONA_API_KEY when not given).
-    The sandbox is created on first use with network_block_all and ephemeral,
-    reused for later programs, and deleted by close().
-    """
-
-    def __init__(self, client: Any = None, api_key: str | None = None):
-        self.api_key = api_key if api_key is not None else os.environ.get("DAYTONA_API_KEY", "")
-        self.client = client if client is not None else _make_daytona_client(self.api_key)
-        self.sandbox = None
-
-    def start(self) -> None:
-        """Create the remote sandbox (raises if the service cannot be reached)."""
-        if self.sandbox is None:
-            try:
-                from daytona import CreateSandboxFromSnapshotParams
-                params = CreateSandboxFromSnapshotParams(language="python", network_block_all=True, ephemeral=True)
-            except ImportError:
-                params = None  # a client without the SDK installed (e.g. a test double) takes defaults
-            self.sandbox = self.client.create(params, timeout=60)
-
-    def run(self, req: dict) -> HarnessRun:
-        n, started = len(req["examples"]), time.monotonic()
-        self.start()
-        script = _daytona_script(req)
-        response = self.sandbox.process.code_run(script, timeout=int(math.ceil(req["timeout_s"] + 10)))
-        wall = time.monotonic() - started
-        text = str(getattr(response, "result", "") or "")
-        lines = [ln for ln in text.splitlines() if ln.startswith(RESULT_MARKER)]
-        if not lines:
-            code = getattr(response, "exit_code", "?")
-            return _failed(n, f"daytona run gave no result (exit code {code})", wall, "daytona", infra=True)
-        try:
-            raw = json.loads(lines[-1][len(RESULT_MARKER):])
-        except ValueError:
-            return _failed(n, "daytona run gave a malformed result", wall, "daytona", infra=True)
-        return _parse_reply(raw, n, wall, "daytona")
-
-    def close(self) -> None:
-        if self.sandbox is not None:
-            try:
-                self.client.delete(self.sandbox)
-            except Exception as err:  # the service may be gone at exit; say so, masked
-                log.warning("sandbox: could not delete the Daytona sandbox: %s",
-                            _mask(f"{type(err).__name__}: {err}", self.api_key)[:200])
-            self.sandbox = None
-
-
-def _daytona_script(req: dict) -> str:
-    """This file's source plus a call of its one-shot runner on the request."""
-    import base64
-    with open(RUNNER_PATH, encoding="utf-8") as f:
-        source = f.read()
-    payload = base64.b64encode(json.dumps(req).encode()).decode()
-    return f"{source}\n\n_run_once({payload!r})\n"
-
-
 # ---- backend choice and the public API -----------------------------------
 
-_state: dict[str, Any] = {"pool": None, "daytona": None, "backend": None}
+MODES = ("auto", "local", "daytona")  # W8_SANDBOX
+_state: dict[str, Any] = {"pool": None, "daytona": None, "resolved": {}}
 _state_lock = threading.Lock()
 
 
-def _choose_backend() -> str:
-    """local or daytona, from W8_SANDBOX and DAYTONA_API_KEY; falls back to local with one log line."""
-    from harness.config import load_config
-    mode = load_config(env={"W8_SANDBOX": os.environ.get("W8_SANDBOX", "")}).sandbox
+def _choose_backend(mode: str) -> str:
+    """local or daytona for the asked mode and DAYTONA_API_KEY; falls back to local with one log line."""
     key = os.environ.get("DAYTONA_API_KEY", "")
     if mode == "local" or (mode == "auto" and not key):
         return "local"
@@ -404,13 +261,15 @@ def _choose_backend() -> str:
         log.warning("sandbox: W8_SANDBOX=daytona but DAYTONA_API_KEY is not set; running harness code locally")
         _note_fallback("W8_SANDBOX=daytona but DAYTONA_API_KEY is not set")
         return "local"
+    if _state["daytona"] is not None:
+        return "daytona"
     try:
         backend = DaytonaBackend(api_key=key)
         backend.start()
     except Exception as err:  # unreachable service, bad key, SDK missing: all mean "use local"
         log.warning("sandbox: Daytona unavailable (%s); running harness code locally",
-                    _mask(f"{type(err).__name__}: {err}", key)[:300])
-        _note_fallback(f"Daytona unavailable: {_mask(f'{type(err).__name__}: {err}', key)[:200]}")
+                    mask(f"{type(err).__name__}: {err}", key)[:300])
+        _note_fallback(f"Daytona unavailable: {mask(f'{type(err).__name__}: {err}', key)[:200]}")
         return "local"
     _state["daytona"] = backend
     return "daytona"
@@ -423,21 +282,25 @@ def _local_pool() -> _LocalPool:
         return _state["pool"]
 
 
-def _backend() -> str:
+def _backend(mode: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"sandbox backend {mode!r}: expected one of {' | '.join(MODES)}")
     with _state_lock:
-        if _state["backend"] is None:
-            _state["backend"] = _choose_backend()
-        return _state["backend"]
+        if mode not in _state["resolved"]:
+            _state["resolved"][mode] = _choose_backend(mode)
+        return _state["resolved"][mode]
 
 
-def run_harness(code: str, examples: Iterable[Any], timeout_s: float = 2.0,
-                per_example_timeout_s: float | None = None) -> HarnessRun:
+def run_harness(code: str, examples: Iterable[Any], timeout_s: float | None = None,
+                per_example_timeout_s: float | None = None, backend: str | None = None) -> HarnessRun:
     """Run `code` (Python source defining is_legal_action) on each example's (state, action).
 
     examples: dicts with "state" and "action", or objects with .state and
     .action (e.g. harness.dataset.Example; only those two fields are sent).
     timeout_s bounds the whole run (load + all examples); each example gets
-    per_example_timeout_s (default: timeout_s / 4, at least 0.05 s).
+    per_example_timeout_s (default: timeout_s / 4, at least 0.05 s). backend is
+    W8_SANDBOX's value: auto | local | daytona. None takes the knob table's default
+    (W8_SANDBOX_TIMEOUT_S, W8_SANDBOX); the pipeline always passes its knobs.
     Only cheap text checks run here; compiling, the function's presence and
     its arity are checked where the code runs (harness.interface.validate_code
     gives the full static diagnosis; harness.rewards calls it first).
@@ -447,13 +310,16 @@ def run_harness(code: str, examples: Iterable[Any], timeout_s: float = 2.0,
     n = len(examples)
     if n > MAX_EXAMPLES:
         raise ValueError(f"at most {MAX_EXAMPLES} examples per run, got {n}")
+    timeout_s = default("sandbox_timeout_s") if timeout_s is None else timeout_s
+    mode = default("sandbox") if backend is None else backend
     per_example = per_example_timeout_s if per_example_timeout_s is not None else max(0.05, timeout_s / 4)
-    req = _request(code if isinstance(code, str) else "", examples, timeout_s, per_example)
-    problem = _text_problem(code)
+    req = build_request(code if isinstance(code, str) else "", examples, timeout_s, per_example)
+    problem = text_problem(code)
     if problem:
-        return _failed(n, problem, time.monotonic() - started)
+        return failed_run(n, problem, time.monotonic() - started)
+    _provenance["requested"].add(mode)
     try:
-        run = _run_daytona(req, n, started) if _backend() == "daytona" else _run_local(req, n, started)
+        run = _run_daytona(req, n, started, mode) if _backend(mode) == "daytona" else _run_local(req, n, started)
     except SandboxError:
         _count(None)
         raise
@@ -466,25 +332,25 @@ def _run_local(req: dict, n: int, started: float) -> HarnessRun:
     wall = time.monotonic() - started
     if reply is None:
         late = error.startswith("wall-time limit")  # the program's doing; a dead or garbled worker is ours
-        return _failed(n, error, wall, why="not finished: wall-time limit" if late else "not run", infra=not late)
-    return _parse_reply(reply, n, wall, "local")
+        return failed_run(n, error, wall, why="not finished: wall-time limit" if late else "not run", infra=not late)
+    return parse_reply(reply, n, wall, "local")
 
 
-def _run_daytona(req: dict, n: int, started: float) -> HarnessRun:
+def _run_daytona(req: dict, n: int, started: float, mode: str) -> HarnessRun:
     backend = _state["daytona"]
     try:
         return backend.run(req)
     except Exception as err:  # the service went away mid-run: this and later programs run locally
         log.warning("sandbox: Daytona run failed (%s); running harness code locally from now on",
-                    _mask(f"{type(err).__name__}: {err}", backend.api_key)[:300])
+                    mask(f"{type(err).__name__}: {err}", backend.api_key)[:300])
         with _state_lock:
-            _state["backend"] = "local"
-        _note_fallback(f"Daytona run failed: {_mask(f'{type(err).__name__}: {err}', backend.api_key)[:200]}")
+            _state["resolved"][mode] = "local"
+        _note_fallback(f"Daytona run failed: {mask(f'{type(err).__name__}: {err}', backend.api_key)[:200]}")
         return _run_local(req, n, started)
 
 
 # What actually ran in this process: programs per backend, sandbox (infra) failures, fallbacks.
-_provenance: dict[str, Any] = {"runs": {}, "infra_failures": 0, "fallbacks": []}
+_provenance: dict[str, Any] = {"requested": set(), "runs": {}, "infra_failures": 0, "fallbacks": []}
 
 
 def _count(run: HarnessRun | None) -> None:
@@ -504,14 +370,15 @@ def sandbox_provenance() -> dict:
     """Which backend ran this process's programs: what was asked, what is in use, counts per backend,
     sandbox failures and every fallback to local (recorded in run_config.json and summary.md)."""
     with _state_lock:
-        return {"requested": os.environ.get("W8_SANDBOX", "") or "auto", "backend": _state["backend"],
+        return {"requested": " + ".join(sorted(_provenance["requested"])) or "none",
+                "backend": " + ".join(sorted(set(_state["resolved"].values()))) or None,
                 "runs": dict(_provenance["runs"]), "infra_failures": _provenance["infra_failures"],
                 "fallbacks": list(_provenance["fallbacks"])}
 
 
-def sandbox_info() -> dict:
+def sandbox_info(backend: str | None = None) -> dict:
     """Backend and what the local isolation holds (starts a worker if none ran yet)."""
-    backend = _backend()
+    backend = _backend(default("sandbox") if backend is None else backend)
     if backend == "daytona":
         return {"backend": "daytona"}
     pool = _local_pool()
@@ -524,7 +391,7 @@ def close() -> None:
     """Stop every worker and delete the Daytona sandbox; the next run starts afresh."""
     with _state_lock:
         pool, daytona = _state["pool"], _state["daytona"]
-        _state.update(pool=None, daytona=None, backend=None)
+        _state.update(pool=None, daytona=None, resolved={})
     if pool is not None:
         pool.close()
     if daytona is not None:
@@ -533,7 +400,7 @@ def close() -> None:
 
 def _forget_after_fork() -> None:
     """A forked caller must not share its parent's zygote pipes: start its own pool if it needs one."""
-    _state.update(pool=None, daytona=None, backend=None)
+    _state.update(pool=None, daytona=None, resolved={})
 
 
 atexit.register(close)

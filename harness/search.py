@@ -1,7 +1,7 @@
 """Thompson-sampling tree search over harness programs (REx, as AutoHarness uses it).
 
-    from harness.search import run_search
-    trace = run_search(task, operator, max_iterations=16, gold_threshold=0.90, state_path="s.json")
+    from harness.search import SearchKnobs, run_search
+    trace = run_search(task, operator, SearchKnobs.from_config(cfg), state_path="s.json")
     trace.steps_to_first_gold(), trace.to_trace()
 
     python -m harness.search --operator deterministic --task-seed 7       # one search, watched
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import sys
 import time
@@ -36,9 +35,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from harness.dataset import Example
-from harness.mutation import MAX_FAILURES, Operator
-from harness.rewards import Failure, Score, is_gold, score_harness, score_text
+from harness.config import add_flags, load_config_or_exit
+from harness.dataset import DatasetError, Example, heldout_examples, make_task
+from harness.files import WORK_DIR, atomic_write_json
+from harness.operators import Operator, OperatorError, operator_from_config
+from harness.prompts import MAX_FAILURES
+from harness.rewards import Failure, RewardKnobs, Score, score_harness, score_with
 
 TRACE_VERSION = 1
 # Fields that differ between two runs of the same search (timing only).
@@ -47,6 +49,27 @@ TIMING_FIELDS = ("wall_s", "operator_wall_s", "score_wall_s")
 
 class SearchStateError(ValueError):
     """A saved search state does not belong to this search; the message names the mismatch."""
+
+
+@dataclass(frozen=True)
+class SearchKnobs:
+    """Everything a search is run with besides the task and the operator (from the knob table)."""
+
+    max_iterations: int  # W8_TRACE_MAX_ITERATIONS: refinements (a trace has at most this + 1 nodes)
+    c: float  # W8_SEARCH_C: the Thompson-sampling weight
+    seed: int  # W8_SEARCH_SEED: the RNG of the search and the per-node operator seeds
+    reward: RewardKnobs  # recall weight, gold threshold, sandbox timeout and backend
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "SearchKnobs":
+        return cls(cfg.trace_max_iterations, cfg.search_c, cfg.search_seed, RewardKnobs.from_config(cfg))
+
+    def record(self) -> dict[str, Any]:
+        """What a trace keeps (and compare checks): the knobs that decide its nodes. The sandbox
+        backend is not among them (it runs the same programs); provenance records it."""
+        return {"search_c": self.c, "max_iterations": self.max_iterations, "gold_threshold": self.reward.gold_threshold,
+                "reward_recall_weight": self.reward.recall_weight, "search_seed": self.seed,
+                "sandbox_timeout_s": self.reward.timeout_s}
 
 
 @dataclass
@@ -112,10 +135,16 @@ class Trace:
         return cls(data["task"], data["knobs"], data["operator"], nodes, data.get("wall_s", 0.0))
 
 
-def steps_to_first_gold(trace: Trace | dict[str, Any]) -> int | None:
-    """Index of the first gold node of a trace (object or JSON), None if no node is gold."""
-    nodes = trace.nodes if isinstance(trace, Trace) else [Node(**n) for n in trace.get("nodes", [])]
-    return next((n.index for n in nodes if n.gold), None)
+def steps_to_first_gold(trace: Trace | dict[str, Any], threshold: float | None = None) -> int | None:
+    """Index of the first gold node of a trace (object or JSON), None if no node is gold.
+
+    With `threshold`, gold is recomputed from each node's validity and balanced accuracy
+    instead of trusted from the record (what compare does with trace files).
+    """
+    nodes = [asdict(n) for n in trace.nodes] if isinstance(trace, Trace) else trace.get("nodes", [])
+    if threshold is None:
+        return next((n["index"] for n in nodes if n["gold"]), None)
+    return next((n["index"] for n in nodes if n.get("valid", True) and n["balanced_accuracy"] >= threshold), None)
 
 
 def without_timing(trace: dict[str, Any]) -> dict[str, Any]:
@@ -185,22 +214,21 @@ def thompson_pick(nodes: Sequence[Node], refine_counts: Sequence[int], c: float,
 HeldOut = Sequence[Example] | Callable[[str], float] | None
 
 
-def heldout_accuracy(code: str, heldout: HeldOut, recall_weight: float, timeout_s: float) -> float | None:
+def heldout_accuracy(code: str, heldout: HeldOut, reward: RewardKnobs) -> float | None:
     if heldout is None:
         return None
     if callable(heldout):
         return float(heldout(code))
     if not heldout:
         return None
-    return score_harness(code, list(heldout), recall_weight, timeout_s).accuracy
+    return score_harness(code, list(heldout), reward.recall_weight, reward.timeout_s, sandbox=reward.sandbox).accuracy
 
 
 def _make_node(index: int, parent: int | None, text: str, gen_cost: tuple[int, int, float], task: Any,
-               knobs: dict[str, Any], heldout: HeldOut) -> Node:
+               reward: RewardKnobs, heldout: HeldOut) -> Node:
     start = time.perf_counter()
-    code, score = score_text(text, task.examples, knobs["reward_recall_weight"], knobs["sandbox_timeout_s"])
-    gold = is_gold(score, knobs["gold_threshold"])
-    held = heldout_accuracy(code, heldout, knobs["reward_recall_weight"], knobs["sandbox_timeout_s"]) if gold else None
+    code, score, gold = score_with(text, task.examples, reward)
+    held = heldout_accuracy(code, heldout, reward) if gold else None
     score_wall = time.perf_counter() - start
     shown = failures_to_show(score, task.examples)
     prompt_tokens, completion_tokens, op_wall = gen_cost
@@ -221,19 +249,16 @@ def progress_line(node: Node) -> str:
             f"{node.prompt_tokens + node.completion_tokens} tok){tail}")
 
 
-def run_search(task: Any, operator: Operator, max_iterations: int = 16, gold_threshold: float = 0.90,
-               c: float = 20.0, recall_weight: float = 0.2, seed: int = 0, timeout_s: float = 2.0,
-               heldout: HeldOut = None, state_path: str | Path | None = None,
-               progress: Callable[[str], None] | None = print) -> Trace:
+def run_search(task: Any, operator: Operator, knobs: SearchKnobs, heldout: HeldOut = None,
+               state_path: str | Path | None = None, progress: Callable[[str], None] | None = print) -> Trace:
     """Run (or resume) one search on `task` with `operator`; returns the trace.
 
     heldout: examples of other held-out observations, or a callable code -> accuracy, used
     for gold nodes only. state_path: where the state is saved after every node; an
     existing file is resumed if it matches this task, operator and knobs.
     """
-    knobs = {"search_c": c, "max_iterations": max_iterations, "gold_threshold": gold_threshold,
-             "reward_recall_weight": recall_weight, "search_seed": seed, "sandbox_timeout_s": timeout_s}
-    trace = Trace(task_record(task), knobs, operator.describe())
+    trace = Trace(task_record(task), knobs.record(), operator.describe())
+    seed, c = knobs.seed, knobs.c
     rng = random.Random(seed)
     counts: list[int] = []
     if state_path and Path(state_path).exists():
@@ -250,7 +275,7 @@ def run_search(task: Any, operator: Operator, max_iterations: int = 16, gold_thr
             shown = [_failure_from_record(r, task.examples) for r in trace.nodes[parent].failures]
             gen = operator.refine(task, trace.nodes[parent].code, shown, seed=node_seed(seed, index))
         node = _make_node(index, parent, gen.text, (gen.prompt_tokens, gen.completion_tokens, gen.wall_s),
-                          task, knobs, heldout)
+                          task, knobs.reward, heldout)
         trace.nodes.append(node)
         counts.append(0)
         if parent is not None:
@@ -266,12 +291,9 @@ def run_search(task: Any, operator: Operator, max_iterations: int = 16, gold_thr
 # ---- state files --------------------------------------------------------------------
 
 def save_state(path: Path, trace: Trace, counts: Sequence[int], rng: random.Random) -> None:
-    """Write the search state atomically: a temp file in the same folder, then os.replace."""
-    state = {"trace": trace.to_trace(), "refine_counts": list(counts), "rng_state": _rng_to_json(rng)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(state))
-    os.replace(tmp, path)
+    """Write the search state atomically (harness.files): a killed search resumes from it."""
+    atomic_write_json(path, {"trace": trace.to_trace(), "refine_counts": list(counts), "rng_state": _rng_to_json(rng)},
+                      indent=None)
 
 
 def _rng_to_json(rng: random.Random) -> list[Any]:
@@ -307,18 +329,12 @@ def load_trace(path: str | Path) -> dict[str, Any]:
 
 def write_json(path: str | Path, data: Any) -> None:
     """JSON to `path` atomically (temp file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    atomic_write_json(path, data, indent=1)
 
 
 # ---- CLI ----------------------------------------------------------------------------
 
 def _parser() -> argparse.ArgumentParser:
-    from harness.config import add_flags
-
     p = argparse.ArgumentParser(prog="python -m harness.search", description="Run (or resume) one harness search.")
     p.add_argument("--task-seed", dest="trace_task_seed", default=None, help="alias of --trace-task-seed")
     p.add_argument("--split", default="heldout", choices=("heldout", "train"), help="split of the task [heldout]")
@@ -331,15 +347,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from harness.config import load_config_or_exit
-    from harness.dataset import DatasetError, heldout_examples, make_task
-    from harness.mutation import OperatorError, operator_from_config
-
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
     cfg = load_config_or_exit(argv, parser=parser)
-    os.environ["W8_SANDBOX"] = cfg.sandbox  # harness.sandbox reads the backend from the env; a flag must reach it
     try:
         task = make_task(args.split, cfg.trace_task_seed, cfg.trace_examples_per_obs)
         operator = operator_from_config(cfg)
@@ -347,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     name = task.task_id.replace("/", "_")
-    out = Path(args.out or f".w8-biayn/search/{name}-{operator.name}.json")
+    out = Path(args.out or WORK_DIR / "search" / f"{name}-{operator.name}.json")
     state = Path(args.state or f"{out}.state.json")
     if args.fresh and state.exists():
         state.unlink()
@@ -358,8 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"task {task.task_id} ({len(task.examples)} examples, hash {task.examples_hash}), "
           f"operator {operator.name} {operator.model}", file=sys.stderr)
     try:
-        trace = run_search(task, operator, cfg.trace_max_iterations, cfg.harness_gold_threshold, cfg.search_c,
-                           cfg.reward_recall_weight, cfg.search_seed, cfg.sandbox_timeout_s, held, state,
+        trace = run_search(task, operator, SearchKnobs.from_config(cfg), held, state,
                            progress=None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True)))
     except SearchStateError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -33,22 +33,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.dataset import ENV_CLASS, TrainingData, check_skyrl_parquet, prepare_training_data
+from harness.files import atomic_write_text
+from harness.hparams import SKYRL
+from harness.models import ModelError, check_model_dir, resolve_model
+from harness.training_data import ENV_CLASS, TrainingData, check_skyrl_parquet, training_data_for
 
 GPU_MEMORY_GB = {"A100": 40, "A100-80GB": 80, "H100": 80, "H100-MEGA": 80, "H200": 141, "B200": 180,
                  "L4": 24, "L40S": 48, "A10G": 24, "A10": 24, "A6000": 48, "RTX6000-Ada": 48}
 # SkyRL trains in bf16 with FlashAttention-2 (trainer.flash_attn, remove_microbatch_padding): Ampere or newer.
 PRE_AMPERE = {"T4", "V100", "V100-32GB", "P100", "P4", "K80"}
 GPU_COUNTS = (1, 2, 4, 8, 16)
-GROUP_SIZE = 8  # GRPO samples per prompt on the GPU node
+GROUP_SIZE = SKYRL.group_size  # GRPO samples per prompt (harness/hparams.py has every training value)
 ESTIMATE_MARGIN = 1.25  # SmolLM2 token counts x this when the policy's tokenizer is not local
 PROMPT_ROUND = 128
-SFT_LR = 1.0e-5
-GRPO_LR = 1.0e-6
-GRPO_KL_COEF = 0.001
-GRPO_TEMPERATURE = 1.0
-GRPO_EVAL_INTERVAL = 5
-GRPO_CKPT_INTERVAL = 10
 
 
 class SkyRLConfigError(ValueError):
@@ -163,11 +160,6 @@ def _round_up(n: int, step: int = PROMPT_ROUND) -> int:
     return max(step, -(-n // step) * step)
 
 
-def sft_target_for(backend: str) -> str:
-    """SFT answer: the full oracle on the GPU node (2k-token answers), the compact program on CPU."""
-    return "oracle" if backend == "skyrl" else "compact"
-
-
 # ---- token lengths --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -185,8 +177,6 @@ def _load_tokenizer(model: str):
     try:
         return AutoTokenizer.from_pretrained(model, local_files_only=True), True, model
     except Exception:  # not in the local cache: estimate with the embedded model's tokenizer
-        from harness.train_local import resolve_model
-
         path = resolve_model("smollm2-135m")
         return AutoTokenizer.from_pretrained(path), False, "smollm2-135m"
 
@@ -276,12 +266,12 @@ def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, pa
         # GRPO
         "trainer.algorithm.advantage_estimator=grpo",
         "trainer.algorithm.use_kl_loss=true",
-        f"trainer.algorithm.kl_loss_coef={GRPO_KL_COEF}",
-        f"trainer.policy.optimizer_config.lr={GRPO_LR}",
+        f"trainer.algorithm.kl_loss_coef={SKYRL.kl_coef}",
+        f"trainer.policy.optimizer_config.lr={SKYRL.grpo_lr}",
         f"generator.n_samples_per_prompt={GROUP_SIZE}",
         # one token budget: GRPO's completions are as long as the search's answers (check_budget)
         f"generator.sampling_params.max_generate_length={budget}",
-        f"generator.sampling_params.temperature={GRPO_TEMPERATURE}",
+        f"generator.sampling_params.temperature={SKYRL.temperature}",
         f"trainer.epochs={epochs}",
         *([f"trainer.max_training_steps={max_steps}"] if max_steps else []),
         # pitfall (batch sizes): train % mini == 0, per-GPU mini % micro == 0
@@ -293,12 +283,12 @@ def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, pa
         f"trainer.max_prompt_length={_round_up(lengths.prompt_max)}",
         f"trainer.eval_batch_size={max(1, data.n_eval)}",
         "trainer.eval_before_train=true",  # also the first sandbox check: a broken sandbox stops here
-        f"trainer.eval_interval={GRPO_EVAL_INTERVAL}",
+        f"trainer.eval_interval={SKYRL.eval_interval}",
         # pitfall (no config.json): HF export only with hf_save_interval > 0 -> export_path/global_step_N/policy
         f"trainer.export_path={paths.export}",
         f"trainer.hf_save_interval={min(steps_per_epoch, max_steps) if max_steps else steps_per_epoch}",
         f"trainer.ckpt_path={paths.ckpt}",
-        f"trainer.ckpt_interval={GRPO_CKPT_INTERVAL}",
+        f"trainer.ckpt_interval={SKYRL.ckpt_interval}",
         "trainer.resume_mode=latest",
         # SkyRL's infra logs (vLLM start-up, worker start): a failed step sends their tails home
         f"trainer.log_path={paths.logs}",
@@ -312,7 +302,7 @@ def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, pa
 def render_sft(model: str, plan: Plan, data: TrainingData, lengths: Lengths, paths: Paths, steps: int,
                run_name: str) -> list[str]:
     """The override list of `python -m harness.skyrl_main sft` (SkyRL's SFT trainer)."""
-    micro = 1 if plan.cpu_offload else 2
+    micro = 1 if plan.cpu_offload else SKYRL.sft_batch
     return [
         "strategy=fsdp",
         f"model.path={model}",
@@ -325,7 +315,7 @@ def render_sft(model: str, plan: Plan, data: TrainingData, lengths: Lengths, pat
         f"micro_train_batch_size_per_gpu={micro}",
         f"num_steps={steps}",
         f"max_length={_round_up(lengths.conversation_max, 256)}",
-        f"optimizer_config.lr={SFT_LR}",
+        f"optimizer_config.lr={SKYRL.sft_lr}",
         f"fsdp_config.cpu_offload={_bool(plan.cpu_offload)}",
         "num_workers=0",
         f"export_path={paths.export}",
@@ -335,12 +325,6 @@ def render_sft(model: str, plan: Plan, data: TrainingData, lengths: Lengths, pat
         "project_name=w8-biayn",
         f"run_name={run_name}",
     ]
-
-
-def training_data_for(cfg: Any, data_dir: str | Path | None = None) -> TrainingData:
-    return prepare_training_data(cfg.train_count, cfg.train_examples_per_obs, data_dir,
-                                 sft_target=sft_target_for(cfg.backend), recall_weight=cfg.reward_recall_weight,
-                                 gold_threshold=cfg.harness_gold_threshold, timeout_s=cfg.sandbox_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -354,7 +338,7 @@ class Rendered:
     data: TrainingData
 
 
-def render_all(cfg: Any, model: str, run_dir: str | Path, data_dir: str | Path | None = None,
+def render_all(cfg: Any, model: str, run_dir: str | Path, data_dir: str | Path,
                lengths: Lengths | None = None) -> Rendered:
     """Rows (built if needed), plan, token budget check and both override lists for cfg's knobs.
 
@@ -374,8 +358,6 @@ def render_all(cfg: Any, model: str, run_dir: str | Path, data_dir: str | Path |
 
 def write_overrides(path: str | Path, overrides: Sequence[str]) -> Path:
     """An override list as a file, one override a line (what the node ran, readable and diffable)."""
-    from harness.pipeline import atomic_write_text
-
     return atomic_write_text(Path(path), "\n".join(overrides) + "\n")
 
 
@@ -456,8 +438,6 @@ def validate_sft(overrides: Sequence[str], lengths: Lengths | None = None) -> An
 
 def _check_model_path(path: str | None) -> None:
     if path and (path.startswith(("/", ".", "~")) or Path(path).exists()):
-        from harness.train_local import ModelError, check_model_dir
-
         try:
             check_model_dir(Path(path).expanduser())
         except ModelError as err:

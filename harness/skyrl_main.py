@@ -34,7 +34,15 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-REPO = Path(__file__).resolve().parents[1]
+from harness.env import register_env
+from harness.exports import fetch_newest_export, newest_export
+from harness.files import REPO_ROOT, atomic_write_json
+from harness.metrics import summarize_skyrl_metrics
+from harness.sandbox import sandbox_provenance
+from harness.skyrl_config import (SkyRLConfigError, check_budget, measure_lengths, paths_for, render_all,
+                                  validate_grpo, validate_overrides, validate_sft, write_overrides)
+from harness.training_data import TrainingData, check_skyrl_parquet
+
 KINDS = ("sft", "grpo")
 # pitfall (placement-group stalls): SkyRL reads this at import; the first start of a node
 # (vLLM compile, worker package set-up) can take longer than its 180 s default.
@@ -69,7 +77,6 @@ def group_stats(instance_ids: Sequence[str], rewards: Sequence[Any], env_metrics
 
 class TrainingGuard:
     """Stops a run in its first batches when it cannot learn anything (see module doc)."""
-
     def __init__(self, batches: int = GUARD_BATCHES):
         self.batches, self.seen, self.empty = batches, 0, 0
 
@@ -99,7 +106,6 @@ def _callback_base():
 
 class MetricsLog(_callback_base()):
     """A SkyRL TrainingCallback: every numeric value SkyRL is about to log, appended to a JSONL file."""
-
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
@@ -109,32 +115,6 @@ class MetricsLog(_callback_base()):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:
             f.write(json.dumps({"step": int(callback_input.global_step), **row}) + "\n")
-
-
-def summarize_skyrl_metrics(jsonl: str | Path, out_dir: str | Path, kind: str) -> Path | None:
-    """metrics.json/png from the rows MetricsLog wrote: one record per training step, SkyRL's key names."""
-    from harness.train_local import write_metrics
-
-    path = Path(jsonl)
-    if not path.is_file():
-        return None
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    steps = [skyrl_step_record(row) for row in rows if "timing/step" in row]
-    evals = [{"step": row["step"], **{k: v for k, v in row.items() if k.startswith("eval/")}}
-             for row in rows if any(k.startswith("eval/") for k in row)]
-    return write_metrics(Path(out_dir), kind, steps, {"backend": "skyrl", "source": path.name, "evals": evals})
-
-
-def skyrl_step_record(row: dict) -> dict:
-    """One training step's numbers under our metric names (None where SkyRL did not log them)."""
-    timing = {k.split("/", 1)[1]: v for k, v in row.items() if k.startswith("timing/")}
-    return {"step": int(row["step"]), "step_time_s": row.get("timing/step"),
-            "reward_mean": row.get("reward/avg_raw_reward"), "reward_std": row.get("harness/reward_std"),
-            "valid_rate": row.get("environment/valid"), "balanced_accuracy": row.get("environment/balanced_accuracy"),
-            "sandbox_failure_rate": row.get("environment/sandbox_failed"),
-            "zero_variance_groups": row.get("harness/zero_variance_groups"),
-            "loss": row.get("policy/final_loss", row.get("train/loss")), "kl": row.get("policy/policy_kl"),
-            "completion_length": row.get("generate/avg_num_tokens"), "timing": timing}
 
 
 # ---- inside the Ray task --------------------------------------------------------------------
@@ -164,12 +144,7 @@ def harness_generator_class():
 
 def write_sandbox_record(folder: str | Path) -> Path:
     """sandbox.json: which backend ran the rewards' programs in this process (and any fallback)."""
-    from harness.sandbox import sandbox_provenance
-
-    path = Path(folder) / "sandbox.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(sandbox_provenance(), indent=1) + "\n")
-    return path
+    return atomic_write_json(Path(folder) / "sandbox.json", sandbox_provenance(), indent=1)
 
 
 def grpo_entrypoint(cfg, metrics_path: str) -> None:
@@ -177,8 +152,6 @@ def grpo_entrypoint(cfg, metrics_path: str) -> None:
     from skyrl.backends.skyrl_train.inference_servers.utils import resolve_policy_model_name
     from skyrl.train.entrypoints.main_base import BasePPOExp
     from skyrl.train.trainer import RayPPOTrainer
-
-    from harness.env import register_env
 
     register_env()  # this process's generator calls skyrl_gym.make
     metrics = MetricsLog(metrics_path)
@@ -254,9 +227,6 @@ def replicate_model_dir(path: str) -> int:
 
 def check_rows_on_node(cfg, budget: int | None) -> None:
     """Prompt lengths and the token budget with the policy's own tokenizer; SkyRLRunError in one line."""
-    from harness.dataset import TrainingData, check_skyrl_parquet
-    from harness.skyrl_config import SkyRLConfigError, check_budget, measure_lengths
-
     train, val = Path(cfg.data.train_data[0]), Path(cfg.data.val_data[0])
     data = TrainingData(train, val, train.parent / "sft", check_skyrl_parquet(train), check_skyrl_parquet(val))
     if data.n_train < cfg.trainer.train_batch_size:
@@ -277,7 +247,7 @@ def check_rows_on_node(cfg, budget: int | None) -> None:
 def _start_ray(skyrl_cfg) -> None:
     from skyrl.train.utils import initialize_ray
 
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     initialize_ray(skyrl_cfg)
 
 
@@ -286,7 +256,6 @@ def main_grpo(overrides: list[str], metrics_path: str) -> None:
     from skyrl.train.config import SkyRLTrainConfig
     from skyrl.train.utils.utils import validate_cfg
 
-    from harness.skyrl_config import validate_grpo
 
     validate_grpo(overrides)
     cfg = SkyRLTrainConfig.from_cli_overrides(overrides)
@@ -301,7 +270,6 @@ def main_sft(overrides: list[str], metrics_path: str) -> None:
     import ray
     from skyrl.train.config.sft_config import SFTConfig, build_skyrl_config_for_sft, validate_sft_cfg
 
-    from harness.skyrl_config import validate_sft
 
     validate_sft(overrides)
     cfg = SFTConfig.from_cli_overrides(overrides)
@@ -313,7 +281,6 @@ def main_sft(overrides: list[str], metrics_path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.skyrl_config import SkyRLConfigError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in KINDS:
@@ -338,9 +305,9 @@ def run_entrypoint(kind: str, overrides: list[str], log_path: Path, metrics_path
     cmd = [sys.executable, "-m", "harness.skyrl_main", kind, "--metrics", str(metrics_path), *overrides]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     print(f"$ python -m harness.skyrl_main {kind} ({len(overrides)} overrides, log {log_path.name})", flush=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     with open(log_path, "a") as log, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                      text=True, bufsize=1, env=env, cwd=REPO) as proc:
+                                                      text=True, bufsize=1, env=env, cwd=REPO_ROOT) as proc:
         for line in proc.stdout:
             log.write(line)
             print(line, end="", flush=True)
@@ -352,8 +319,6 @@ def run_entrypoint(kind: str, overrides: list[str], log_path: Path, metrics_path
 def train_skyrl(cfg, run_dir: Path, kind: str, model: str) -> dict:
     """Render and save the overrides (<run>/skyrl_<kind>_overrides.txt), run SkyRL, fetch the export from the
     bucket if there is one, summarise the metrics; returns what the step records."""
-    from harness.exports import fetch_newest_export, newest_export
-    from harness.skyrl_config import paths_for, render_all, validate_overrides, write_overrides
 
     rendered = render_all(cfg, model, run_dir, data_dir=run_dir / "data")
     overrides = rendered.grpo if kind == "grpo" else rendered.sft

@@ -17,7 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.pipeline import StepResult, run_trace_searches, run_step, steps_summary, write_traces  # noqa: E402
+from harness.pipeline import StepResult, run_step  # noqa: E402
+from harness.traces import run_trace_searches, steps_summary, write_traces  # noqa: E402
 from harness.sandbox import sandbox_provenance  # noqa: E402
 
 STEP = "01_frozen_trace"

@@ -21,17 +21,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.pipeline import StepError, StepResult, finish_training, run_step, trainer  # noqa: E402
+from harness.hparams import LOCAL  # noqa: E402
+from harness.models import ModelError, resolve_model  # noqa: E402
+from harness.pipeline import StepError, StepResult, finish_training, run_step  # noqa: E402
+from harness.training_data import training_data_for  # noqa: E402
 
 STEP = "02_sft"
 
 
 def train_local(cfg, run_dir: Path) -> dict:
-    from harness.train_local import resolve_model
+    from harness.train_local import train_sft  # TRL: imported only on the local backend
 
-    trainer("train_sft")(resolve_model(cfg.harness_model), run_dir / "sft", steps=cfg.harness_sft_steps,
-                         train_count=cfg.train_count, examples_per_obs=cfg.train_examples_per_obs,
-                         data_dir=run_dir / "data")
+    try:
+        model = resolve_model(cfg.harness_model)
+    except ModelError as err:
+        raise StepError(str(err)) from None
+    train_sft(model, run_dir / "sft", training_data_for(cfg, run_dir / "data"), cfg.harness_sft_steps, LOCAL)
     return {}
 
 

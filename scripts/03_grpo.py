@@ -22,7 +22,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.exports import newest_export  # noqa: E402
-from harness.pipeline import StepError, StepResult, finish_training, run_step, trainer  # noqa: E402
+from harness.hparams import LOCAL  # noqa: E402
+from harness.models import ModelError, resolve_model  # noqa: E402
+from harness.pipeline import StepError, StepResult, finish_training, run_step  # noqa: E402
+from harness.sandbox import sandbox_provenance  # noqa: E402
+from harness.training_data import training_data_for  # noqa: E402
 
 STEP = "03_grpo"
 
@@ -33,14 +37,15 @@ def start_model(cfg, run_dir: Path) -> str:
 
 
 def train_local(cfg, model: str, run_dir: Path) -> dict:
-    from harness.sandbox import sandbox_provenance
-    from harness.train_local import resolve_model
+    from harness.train_local import grpo_steps, train_grpo  # TRL: imported only on the local backend
 
+    try:
+        path = resolve_model(model)
+    except ModelError as err:
+        raise StepError(str(err)) from None
     # completions get the operator's token budget: what GRPO trains to write fits what the search lets it write
-    trainer("train_grpo")(resolve_model(model), run_dir / "grpo", train_count=cfg.train_count,
-                          examples_per_obs=cfg.train_examples_per_obs, epochs=cfg.grpo_epochs,
-                          max_steps=cfg.grpo_max_steps or None, max_completion_length=cfg.operator_max_new_tokens,
-                          data_dir=run_dir / "data")
+    train_grpo(path, run_dir / "grpo", training_data_for(cfg, run_dir / "data"),
+               grpo_steps(cfg.train_count, cfg.grpo_epochs, cfg.grpo_max_steps), cfg.operator_max_new_tokens, LOCAL)
     return {"sandbox": sandbox_provenance()}
 
 

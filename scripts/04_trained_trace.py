@@ -18,7 +18,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.exports import newest_export  # noqa: E402
-from harness.pipeline import StepError, StepResult, run_step, run_trace_searches, steps_summary, write_traces  # noqa: E402
+from harness.pipeline import StepError, StepResult, run_step  # noqa: E402
+from harness.traces import run_trace_searches, steps_summary, write_traces  # noqa: E402
 from harness.sandbox import sandbox_provenance  # noqa: E402
 
 STEP = "04_trained_trace"

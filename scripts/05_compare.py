@@ -18,8 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.pipeline import (STEPS, StepError, StepResult, atomic_write_json, atomic_write_text,  # noqa: E402
-                              load_run_config, load_traces, read_marker, run_step)
+from harness.compare import CompareError, compare_traces, plot_traces  # noqa: E402
+from harness.files import atomic_write_json, atomic_write_text  # noqa: E402
+from harness.pipeline import STEPS, StepError, StepResult, load_run_config, read_marker, run_step  # noqa: E402
+from harness.traces import load_traces  # noqa: E402
 
 STEP = "05_compare"
 METRICS = ("sft_metrics.json", "grpo_metrics.json")
@@ -115,8 +117,6 @@ def summary_markdown(run_dir: Path, result: dict, frozen: list[dict], trained: l
 
 
 def body(cfg, run_dir: Path, args) -> StepResult:
-    from harness.compare import CompareError, compare_traces, plot_traces
-
     missing = [name for name in ("frozen_trace.json", "trained_trace.json") if not (run_dir / name).exists()]
     if missing:
         raise StepError(f"missing {', '.join(missing)} in {run_dir}: run steps 01 and 04 first")

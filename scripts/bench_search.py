@@ -22,18 +22,21 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from harness.config import load_config  # noqa: E402
 from harness.dataset import make_task  # noqa: E402
-from harness.mutation import DeterministicOperator  # noqa: E402
+from harness.operators import DeterministicOperator  # noqa: E402
 from harness.rewards import score_predictions  # noqa: E402
 from harness.sandbox import run_harness  # noqa: E402
-from harness.search import run_search  # noqa: E402
+from harness.search import SearchKnobs, run_search  # noqa: E402
 
 TARGET_S = 2.0
 
 
 def timed_search(task, iterations):
     start = time.perf_counter()
-    trace = run_search(task, DeterministicOperator(), max_iterations=iterations, gold_threshold=1.0, progress=None)
+    knobs = SearchKnobs.from_config(load_config(env={"W8_TRACE_MAX_ITERATIONS": str(iterations),
+                                                     "W8_HARNESS_GOLD_THRESHOLD": "1.0", "W8_SANDBOX": "local"}))
+    trace = run_search(task, DeterministicOperator(), knobs, progress=None)
     return time.perf_counter() - start, trace
 
 

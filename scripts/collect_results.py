@@ -19,11 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.cloud import (CLUSTER, CloudError, emit_results, parse_result_lines, run_sky, runs_in,  # noqa: E402
-                           write_results)
-from harness.pipeline import REPO_ROOT, small_artifacts  # noqa: E402
-
-LOGS_DIR = REPO_ROOT / ".w8-biayn" / "logs"
+from harness.cloud import CLUSTER, CloudError, run_sky  # noqa: E402
+from harness.files import REPO_ROOT, logs_dir  # noqa: E402
+from harness.pipeline import runs_root, small_artifacts  # noqa: E402
+from harness.records import RecordError, emit_results, parse_result_lines, runs_in, write_results  # noqa: E402
 
 
 def lines_from_run_dir(run_dir: Path) -> list[str]:
@@ -60,12 +59,10 @@ def collect(lines: list[str], out_root: Path, run_id: str | None) -> tuple[str, 
 
 def auto_lines(run_id: str, cluster: str, job: str | None) -> tuple[list[str], str]:
     """A local run folder, else a log saved by `make watch` that holds the run, else `sky logs`."""
-    from harness.pipeline import runs_root
-
     run_dir = runs_root() / run_id
     if (run_dir / "run_config.json").is_file():
         return lines_from_run_dir(run_dir), str(run_dir)
-    for log in sorted(LOGS_DIR.glob("*.log")):
+    for log in sorted(logs_dir().glob("*.log")):
         lines = log.read_text(errors="replace").splitlines()
         if run_id in runs_in(lines):
             return lines, str(log)
@@ -102,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise CloudError("say which run: RUN_ID=<run-id> (or --run-dir / --log / --sky)")
         run_id, written = collect(lines, args.out_root, args.run_id)
-    except CloudError as err:
+    except (CloudError, RecordError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(f"{len(written)} files from {where} -> {args.out_root / run_id}/ ({', '.join(p.name for p in written)})")

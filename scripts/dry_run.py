@@ -35,9 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.cloud import TASK_YAML, CloudError, launch_command, render_tasks, scenario_of  # noqa: E402
 from harness.config import BY_ENV, KNOBS, Config, ConfigError, load_config  # noqa: E402
-from harness.pipeline import REPO_ROOT, trace_seeds  # noqa: E402
+from harness.dataset import DatasetError, is_balanced, make_task  # noqa: E402
+from harness.files import REPO_ROOT, WORK_DIR  # noqa: E402
+from harness.traces import trace_seeds  # noqa: E402
 
-MIN_CLASS_SHARE = 0.4
 TRAIN_SAMPLE = 64  # train tasks built here; the full set is built by step 03 (same code path)
 
 
@@ -131,25 +132,19 @@ def check_node_env(out: Path) -> str:
 
 def check_skyrl(out: Path) -> str:
     # rows go under .w8-biayn (ignored), not the trainer's default ~/data
-    return _subprocess_check(["scripts/validate_skyrl.py", "--data-dir", str(REPO_ROOT / ".w8-biayn" / "dry-run-data"),
+    return _subprocess_check(["scripts/validate_skyrl.py", "--data-dir", str(WORK_DIR / "dry-run-data"),
                               "--out", str(out / "plans")], all_lines=True)
 
 
-def _balanced(task) -> bool:
-    legal = sum(e.legal for e in task.examples)
-    return min(legal, len(task.examples) - legal) >= MIN_CLASS_SHARE * len(task.examples) - 1e-9
-
-
 def check_datasets(cfg: Config) -> str:
-    from harness.dataset import DatasetError, make_task
-
     try:
         trace = [make_task("heldout", seed, cfg.trace_examples_per_obs) for seed in trace_seeds(cfg)]
         train = [make_task("train", seed, cfg.train_examples_per_obs) for seed in range(min(cfg.train_count,
                                                                                               TRAIN_SAMPLE))]
     except DatasetError as err:
         raise CheckError(str(err)) from None
-    unbalanced = [t.task_id for t in trace + train if not _balanced(t)]
+    unbalanced = [t.task_id for t in trace + train
+                  if not is_balanced(sum(e.legal for e in t.examples), sum(not e.legal for e in t.examples))]
     if unbalanced:
         raise CheckError(f"unbalanced task(s): {', '.join(unbalanced[:3])}")
     shared = {t.page for t in trace} & {t.page for t in train}
@@ -184,7 +179,7 @@ def main() -> int:
         print(f"FAIL {'knobs':<14} {err}")
         print("dry-run: 0/1 checks ok")
         return 1
-    out = REPO_ROOT / ".w8-biayn" / "dry-run" / (cfg.preset or "none")
+    out = WORK_DIR / "dry-run" / (cfg.preset or "none")
     out.mkdir(parents=True, exist_ok=True)
     print(f"ok   {'knobs':<14} {len(KNOBS)} knobs in range (preset {cfg.preset or 'none'}, backend {cfg.backend}, "
           f"model {cfg.harness_model}); rendered files in {out.relative_to(REPO_ROOT)}/")

@@ -30,10 +30,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.cloud import CloudError, launch_command, load_service_account, popen_sky, sky_executable  # noqa: E402
 from harness.config import ConfigError, load_config  # noqa: E402
-from harness.pipeline import REPO_ROOT, git_sha  # noqa: E402
-
-def logs_dir() -> Path:
-    return Path(os.environ.get("W8_LOGS_DIR") or REPO_ROOT / ".w8-biayn" / "logs")  # tests point it elsewhere
+from harness.files import REPO_ROOT, WORK_DIR, logs_dir  # noqa: E402
+from harness.pipeline import git_sha  # noqa: E402
+from harness.records import parse_result_lines, runs_in, write_results  # noqa: E402
 
 
 class Tee:
@@ -68,8 +67,6 @@ def stream(cmd: list[str], env: dict[str, str], tee: Tee) -> int:
 
 
 def collect(log: Path, results_root: Path, tee: Tee) -> None:
-    from harness.cloud import parse_result_lines, runs_in, write_results
-
     lines = log.read_text(errors="replace").splitlines()
     runs = runs_in(lines)
     if not runs:
@@ -114,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         tee(f"error: {err}", err=True)
         return 1
     if args.collect:
-        default = REPO_ROOT / (".w8-biayn/gpu-smoke-results" if cfg.preset == "gpu-smoke" else "results")
+        default = WORK_DIR / "gpu-smoke-results" if cfg.preset == "gpu-smoke" else REPO_ROOT / "results"
         collect(tee.path, args.results_root or Path(os.environ.get("W8_RESULTS_ROOT") or default), tee)
     if code == 0:
         tee(f"launched and finished; log {tee.path}; collect with `make results RUN_ID=<run-id>`, "

@@ -68,7 +68,7 @@ RUN_DIR=$("$PY" -m harness.pipeline init)
 RUN_ID=$(basename "$RUN_DIR")
 export W8_RUN_ID="$RUN_ID"
 echo "r3 run $RUN_ID -> $RUN_DIR (resume with W8_RUN_ID=$RUN_ID)"
-"$PY" -m harness.cloud emit "$RUN_DIR" run_config.json
+"$PY" -m harness.pipeline emit "$RUN_DIR" run_config.json
 
 # On the GPU node the hub model is fetched into the HF cache once; locally nothing is downloaded.
 MODEL=$("$PY" -m harness.pipeline knob harness_model)
@@ -85,7 +85,7 @@ run_step() {
   t0=$(date +%s)
   "$PY" "$STEPS_DIR/$step.py" || rc=$?
   if [ "$rc" -ne 0 ]; then
-    "$PY" -m harness.cloud emit-failure "$RUN_DIR" "$step" "$rc" || true
+    "$PY" -m harness.pipeline emit-failure "$RUN_DIR" "$step" "$rc" || true
     echo "error: $step failed (exit $rc) after $(( $(date +%s) - t0 ))s; finished steps are kept." \
          "Resume: W8_RUN_ID=$RUN_ID bash scripts/run_r3.sh" >&2
     exit "$rc"

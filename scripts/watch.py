@@ -22,11 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.cloud import (CLUSTER, CloudError, parse_result_lines, popen_sky, record_bytes, run_sky,  # noqa: E402
-                           runs_in)
-from harness.pipeline import REPO_ROOT  # noqa: E402
-
-LOGS_DIR = REPO_ROOT / ".w8-biayn" / "logs"
+from harness.cloud import CLUSTER, CloudError, popen_sky, run_sky  # noqa: E402
+from harness.files import REPO_ROOT, logs_dir  # noqa: E402
+from harness.records import parse_result_lines, record_bytes, runs_in  # noqa: E402
 SHOWN = ("steps_to_gold", "== ", "error", "Error", "r3 run ", "[0", "W8_RESULT_SKIPPED")
 
 
@@ -76,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--all", action="store_true", help="print every log line")
     parser.add_argument("--no-follow", action="store_true", help="print what is there and exit")
     args = parser.parse_args(argv)
-    LOGS_DIR.mkdir(parents=True, exist_ok=True)
-    log_path = LOGS_DIR / f"{args.cluster}.log"
+    logs_dir().mkdir(parents=True, exist_ok=True)
+    log_path = logs_dir() / f"{args.cluster}.log"
     cmd = ["logs", args.cluster, *([args.job] if args.job else []), *(["--no-follow"] if args.no_follow else [])]
     try:
         status = run_sky(["status", args.cluster], capture_output=True, text=True, timeout=600)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cloud
+from harness import cloud, records
 from harness.cloud import CloudError
 from harness.config import KNOBS, load_config
 
@@ -144,7 +144,7 @@ def test_launch_log_is_kept_and_results_collected_fake_sky(fake_sky, tmp_path):
     --collect writes the record; a failing launch keeps its log too."""
     env, record = fake_sky
     run_dir = make_run_dir(tmp_path / "runs")
-    line = cloud.result_line(run_dir.name, run_dir / "summary.md")
+    line = records.result_line(run_dir.name, run_dir / "summary.md")
     (tmp_path / "launch.log").write_text("(setup pid=1) node setup: uv ok\n(task, pid=2) " + line + "\n")
     env.update({"FAKE_SKY_LOG": str(tmp_path / "launch.log"), "W8_PRESET": "gpu-smoke",
                 "W8_RESULTS_ROOT": str(tmp_path / "results"), "W8_LOGS_DIR": str(tmp_path / "logs")})
@@ -275,7 +275,7 @@ def make_run_dir(root: Path, run_id: str = "r3-test-s7-20260101-000000") -> Path
 
 def test_w8_result_round_trip_from_a_sky_log_to_results(tmp_path):
     run_dir = make_run_dir(tmp_path / "runs")
-    emitted = run([PY, "-m", "harness.cloud", "emit", str(run_dir)], dict(os.environ)).stdout.splitlines()
+    emitted = run([PY, "-m", "harness.pipeline", "emit", str(run_dir)], dict(os.environ)).stdout.splitlines()
     assert len(emitted) == 5 and all(line.startswith("W8_RESULT {") for line in emitted)
     log = tmp_path / "sky.log"
     noise = ["(setup pid=88) installing...", "(task, pid=1234) steps_to_gold frozen node 0 ..."]
@@ -296,11 +296,11 @@ def test_w8_result_round_trip_from_a_sky_log_to_results(tmp_path):
 
 def test_damaged_w8_result_is_refused(tmp_path):
     run_dir = make_run_dir(tmp_path / "runs")
-    line = cloud.result_line(run_dir.name, run_dir / "summary.md")
+    line = records.result_line(run_dir.name, run_dir / "summary.md")
     record = json.loads(line[len("W8_RESULT "):])
     record["text"] = record["text"].replace("yes", "no")
-    with pytest.raises(CloudError, match="damaged"):
-        cloud.write_results({"summary.md": record}, tmp_path / "out")
+    with pytest.raises(records.RecordError, match="damaged"):
+        records.write_results({"summary.md": record}, tmp_path / "out")
     assert not (tmp_path / "out" / "summary.md").exists()
 
 
@@ -310,15 +310,15 @@ def test_result_records_pick_the_asked_run_and_strip_paths():
         'junk W8_RESULT {"run_id": "b", "file": "summary.md", "text": "2", "sha256": "s"}',
         'W8_RESULT {"run_id": "a", "file": "summary.md", "te',  # cut by the transport
     ]
-    assert cloud.runs_in(lines) == ["a", "b"]
-    assert sorted(cloud.parse_result_lines(lines, run_id="a")) == ["x.json"]
-    assert cloud.parse_result_lines(lines, run_id="b")["summary.md"]["text"] == "2"
+    assert records.runs_in(lines) == ["a", "b"]
+    assert sorted(records.parse_result_lines(lines, run_id="a")) == ["x.json"]
+    assert records.parse_result_lines(lines, run_id="b")["summary.md"]["text"] == "2"
 
 
 def test_watch_fake_sky_streams_steps_and_parses_the_result(fake_sky, tmp_path):
     env, record = fake_sky
     run_dir = make_run_dir(tmp_path / "runs", "r3-watch-test")
-    emitted = run([PY, "-m", "harness.cloud", "emit", str(run_dir)], dict(os.environ)).stdout
+    emitted = run([PY, "-m", "harness.pipeline", "emit", str(run_dir)], dict(os.environ)).stdout
     log = tmp_path / "remote.log"
     log.write_text("(task, pid=7) == 01_frozen_trace\n(task, pid=7) vllm warming up\n"
                    "(task, pid=7) steps_to_gold frozen node   0 parent   - reward 0.600 ba 0.500 gold no\n" + emitted)

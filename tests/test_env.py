@@ -7,16 +7,15 @@ import json
 
 import pytest
 
-from harness.dataset import (COMPACT_HARNESS, DATA_SOURCE, ENV_CLASS, SKYRL_COLUMNS, DatasetError,
-                             check_skyrl_parquet, examples_of, load_snapshot, make_task, prepare_training_data,
-                             skyrl_row, sft_row, write_parquet_rows)
+from harness.dataset import DatasetError, examples_of, load_snapshot, make_task
 from harness.env import EnvRowError, HarnessLegalityEnv, register_env
-from harness.mutation import build_zero_shot_prompt
-from harness.oracle import is_legal_action, oracle_source
-
-
-def fenced(code: str) -> str:
-    return "Here is the harness:\n```python\n" + code + "\n```"
+from harness.models import resolve_model
+from harness.oracle import COMPACT_HARNESS, is_legal_action, oracle_source
+from harness.prompts import build_zero_shot_prompt
+from harness.rewards import RewardKnobs
+from harness.training_data import (DATA_SOURCE, ENV_CLASS, SKYRL_COLUMNS, check_skyrl_parquet,
+                                   prepare_training_data, skyrl_row, sft_row, training_data_for, write_parquet_rows)
+from helpers import REWARD, fenced
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +25,7 @@ def task():
 
 @pytest.fixture(scope="module")
 def extras(task):
-    row = skyrl_row(task, recall_weight=0.2)
+    row = skyrl_row(task, REWARD)
     # what SkyRL's PromptDataset.__getitem__ hands the generator: the row minus prompt and env_class
     return {k: v for k, v in row.items() if k not in ("prompt", "env_class")}
 
@@ -66,9 +65,8 @@ def test_row_through_skyrl_dataset_class_and_skyrl_gym_make(tmp_path, task):
     from skyrl.train.dataset import PromptDataset
     from transformers import AutoTokenizer
 
-    from harness.train_local import resolve_model
-
-    path = write_parquet_rows([skyrl_row(task), skyrl_row(make_task("train", 4, 16))], tmp_path / "train.parquet")
+    path = write_parquet_rows([skyrl_row(task, REWARD), skyrl_row(make_task("train", 4, 16), REWARD)],
+                              tmp_path / "train.parquet")
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m"))
     dataset = PromptDataset([str(path)], tokenizer, max_prompt_length=4096, num_workers=1)
     assert len(dataset) == 2
@@ -97,7 +95,7 @@ def test_rows_without_examples_fail_naming_the_row(extras, match):
 
 
 def test_skyrl_row_format(task):
-    row = skyrl_row(task, recall_weight=0.3, gold_threshold=0.8, timeout_s=1.5)
+    row = skyrl_row(task, RewardKnobs(recall_weight=0.3, gold_threshold=0.8, timeout_s=1.5, sandbox="local"))
     assert tuple(row) == SKYRL_COLUMNS
     assert row["data_source"] == DATA_SOURCE and row["env_class"] == ENV_CLASS
     assert row["prompt"] == build_zero_shot_prompt(task)  # node 0's prompt, exactly
@@ -114,7 +112,7 @@ def test_sft_row_format_and_target(task):
     answer = row["messages"][-1]["content"]
     assert answer.startswith("```python\n") and answer.endswith("\n```") and COMPACT_HARNESS.strip() in answer
     assert oracle_source().strip() in sft_row(task, "oracle")["messages"][-1]["content"]
-    with pytest.raises(DatasetError, match="unknown SFT target"):
+    with pytest.raises(ValueError, match="unknown SFT target"):
         sft_row(task, "nonsense")
 
 
@@ -131,10 +129,10 @@ def test_compact_target_agrees_with_the_oracle_on_the_snapshot():
 def test_training_files_written_once_and_loadable(tmp_path):
     import datasets
 
-    data = prepare_training_data(4, 8, tmp_path)
+    data = prepare_training_data(4, 8, tmp_path, "compact", REWARD)
     assert check_skyrl_parquet(data.train_parquet) == 4 and check_skyrl_parquet(data.eval_parquet) == data.n_eval
     stamp = data.train_parquet.stat().st_mtime_ns
-    again = prepare_training_data(4, 8, tmp_path)
+    again = prepare_training_data(4, 8, tmp_path, "compact", REWARD)
     assert again == data and data.train_parquet.stat().st_mtime_ns == stamp  # reused, not rewritten
     sft = datasets.load_dataset(str(data.sft_dir), split="train")  # how SkyRL's SFT trainer and TRL load it
     assert len(sft) == 4 and sft[0]["messages"][-1]["role"] == "assistant"
@@ -148,3 +146,27 @@ def test_parquet_with_missing_columns_is_named(tmp_path):
                               tmp_path / "bad.parquet")
     with pytest.raises(DatasetError, match=r"bad.parquet lacks column\(s\) data_source, reward_spec, extra_info"):
         check_skyrl_parquet(path)
+
+
+def test_rows_carry_the_runs_reward_knobs_and_the_env_scores_with_them(tmp_path):
+    """The bug this guards: local training built rows with hidden defaults (0.2 / 0.90 / 2.0) whatever
+    W8_REWARD_RECALL_WEIGHT said, so GRPO optimised another reward than the search measured."""
+    from harness.config import load_config
+
+    cfg = load_config(env={"W8_REWARD_RECALL_WEIGHT": "0.5", "W8_HARNESS_GOLD_THRESHOLD": "0.8",
+                           "W8_SANDBOX_TIMEOUT_S": "1.5", "W8_SANDBOX": "local", "W8_TRAIN_COUNT": "2"})
+    data = training_data_for(cfg, tmp_path)  # what steps 02 and 03 call, on both backends
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(data.train_parquet).to_pylist()
+    assert {(r["extra_info"]["recall_weight"], r["extra_info"]["gold_threshold"], r["extra_info"]["timeout_s"],
+             r["extra_info"]["sandbox"]) for r in rows} == {(0.5, 0.8, 1.5, "local")}
+    env = HarnessLegalityEnv(extras={k: v for k, v in rows[0].items() if k not in ("prompt", "env_class")})
+    out = env.step(fenced("def is_legal_action(state, action):\n    return True"))
+    assert out["reward"] == pytest.approx(0.5 * 0.5 + 0.5 * 1.0)  # BA 0.5, recall 1, weighted at 0.5
+
+
+def test_a_row_without_reward_knobs_is_refused_naming_the_knob(extras):
+    info = {k: v for k, v in extras["extra_info"].items() if k != "recall_weight"}
+    with pytest.raises(EnvRowError, match="lacks the reward knob 'recall_weight'"):
+        HarnessLegalityEnv(extras={**extras, "extra_info": info})

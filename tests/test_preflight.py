@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness import preflight
-from harness.rewards import DEFAULT_GOLD_THRESHOLD
+from helpers import REWARD
 from harness.sandbox import sandbox_info
 
 REPO = Path(__file__).resolve().parent.parent
@@ -117,7 +117,7 @@ def test_check_sandbox(info, problem):
     ({"balanced_accuracy": 0.0, "reason": "Ray task failed: RayTaskError: ModuleNotFoundError"}, "Ray task failed"),
 ])
 def test_check_reward(metrics, problem):
-    found, _ = preflight.check_reward(metrics, DEFAULT_GOLD_THRESHOLD)
+    found, _ = preflight.check_reward(metrics, REWARD.gold_threshold)
     assert found == "" if problem is None else problem in found
 
 
@@ -182,11 +182,11 @@ def test_the_oracle_scores_gold_in_a_ray_task_that_finds_harness_by_pythonpath(r
     monkeypatch.delenv("PYTHONPATH", raising=False)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        metrics = preflight.probe_reward_in_ray(REPO)
+        metrics = preflight.probe_reward_in_ray(REPO, REWARD)
         assert ray.is_initialized()  # not ours to shut down
     finally:
         ray.shutdown()
-    assert preflight.check_reward(metrics, DEFAULT_GOLD_THRESHOLD)[0] == ""
+    assert preflight.check_reward(metrics, REWARD.gold_threshold)[0] == ""
     assert metrics["balanced_accuracy"] == 1.0 and metrics["valid"] == 1.0 and metrics["sandbox_failed"] == 0.0
 
 

@@ -5,6 +5,7 @@ import pytest
 from harness.dataset import Example
 from harness.oracle import oracle_source
 from harness.rewards import Failure, is_gold, score_harness, score_predictions, score_text
+from harness.sandbox import run_harness
 
 STATE = """RootWebArea 'Search form', focused
 \t[13] textbox 'From:', clickable, visible, focusable=True, editable='plaintext'
@@ -93,10 +94,9 @@ def test_per_example_errors_reach_the_failures():
 def test_labels_never_reach_the_runner():
     seen = []
 
-    def recording_runner(code, examples, timeout_s):
+    def recording_runner(code, examples, timeout_s, backend):
         seen.extend(examples)
-        from harness.sandbox import run_harness
-        return run_harness(code, examples, timeout_s=timeout_s)
+        return run_harness(code, examples, timeout_s=timeout_s, backend=backend)
 
     score_harness(F + "    return True\n", EXAMPLES, runner=recording_runner)
     assert seen and all(set(e) == {"state", "action"} for e in seen)

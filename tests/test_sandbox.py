@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import sandbox
+from harness import sandbox, sandbox_daytona
 from harness.dataset import Example
 from harness.sandbox import SANDBOX_UID_BASE, STDOUT_TAIL_CHARS, HarnessRun, run_harness
 
@@ -95,14 +95,14 @@ def test_good_program_gives_one_bool_per_example():
     assert isinstance(r, HarnessRun)
     assert (r.ok, r.error, r.predictions) == (True, "", GOOD_PREDICTIONS)
     assert r.example_errors == ("",) * len(EXAMPLES)
-    assert 0 < r.wall_s < 2
+    assert r.wall_s > 0
 
 
 def test_example_objects_cross_as_state_and_action_only():
     marker = f"LABEL-{uuid.uuid4().hex}"
     examples = [Example(state=STATE, action=a, legal=i % 2 == 0, error=marker, obs_id=marker)
                 for i, a in enumerate(ACTIONS)]
-    req = sandbox._request(GOOD, examples, 2.0, 0.5)
+    req = sandbox.build_request(GOOD, examples, 2.0, 0.5)
     assert marker not in repr(req)
     assert run_harness(GOOD, examples).predictions == GOOD_PREDICTIONS
 
@@ -166,8 +166,8 @@ def test_infinite_loop_in_one_example_times_out_and_the_rest_still_run():
 def test_infinite_loop_at_load_hits_the_wall_limit():
     r = run_harness("while True:\n    pass\ndef is_legal_action(state, action):\n    return True\n",
                     EXAMPLES, timeout_s=0.5)
-    assert not r.ok and "wall-time limit" in r.error
-    assert r.wall_s < 0.5 + sandbox.REPLY_GRACE_S
+    assert not r.ok and r.error == "wall-time limit of 0.5s exceeded while loading"
+    assert not r.infra and r.example_errors == ("not finished: wall-time limit",) * len(EXAMPLES)
 
 
 def test_ignoring_the_alarm_does_not_escape_the_example_deadline():
@@ -180,11 +180,11 @@ def test_ignoring_the_alarm_does_not_escape_the_example_deadline():
                 pass
             return True
     """)
-    started = time.monotonic()
     r = run_harness(code, EXAMPLES[:3], timeout_s=2.0, per_example_timeout_s=0.1)
+    # each example was stopped at its own 0.1 s deadline: had one escaped, the whole run would have
+    # hit the 2 s wall limit instead (not ok, "wall-time limit" in r.error)
     assert r.ok and r.predictions == (None, None, None)
     assert all("timed out" in e for e in r.example_errors)
-    assert time.monotonic() - started < 1.5
 
 
 def test_catching_base_exception_does_not_escape_the_deadline():
@@ -219,11 +219,9 @@ def test_a_stopped_worker_is_killed_by_the_caller_deadline():
     os.kill(worker.proc.pid, signal.SIGSTOP)  # the launcher...
     os.killpg(worker.proc.pid, signal.SIGSTOP)  # ...and the zygote: a zygote that never answers
     try:
-        started = time.monotonic()
-        r = pool.run(sandbox._request(GOOD, EXAMPLES, 0.3, 0.1))
-        assert r[0] is None and "wall-time limit" in r[1]
-        assert time.monotonic() - started < 0.3 + sandbox.REPLY_GRACE_S + 0.5
-        assert worker.proc.poll() is not None  # killed, not left behind
+        r = pool.run(sandbox.build_request(GOOD, EXAMPLES, 0.3, 0.1))
+        assert r[0] is None and r[1] == "wall-time limit of 0.3s exceeded (sandbox worker killed)"
+        assert worker.proc.poll() is not None  # killed by the caller's deadline, not left behind
     finally:
         try:
             os.killpg(worker.proc.pid, signal.SIGCONT)
@@ -405,7 +403,8 @@ def test_a_canary_outside_the_private_tmp_is_unchanged(tmp_path):
                     pass
             return True
     """)
-    run_harness(code, EXAMPLES[:1])
+    r = run_harness(code, EXAMPLES[:1])
+    assert r.ok and r.predictions == (True,), r.error  # it ran, and wrote into its own private /tmp
     assert canary.read_text() == "original"
     assert not (REPO / "canary").exists() and not Path("/usr/canary").exists() and not Path("/canary").exists()
 
@@ -748,8 +747,7 @@ class FakeDaytona:
 @pytest.fixture
 def fake_daytona(monkeypatch):
     fake = FakeDaytona()
-    monkeypatch.setattr(sandbox, "_make_daytona_client", lambda api_key: fake)
-    monkeypatch.setenv("W8_SANDBOX", "daytona")
+    monkeypatch.setattr(sandbox_daytona, "_make_daytona_client", lambda api_key: fake)
     monkeypatch.setenv("DAYTONA_API_KEY", "dtn-secret-key-123")
     sandbox.close()
     yield fake
@@ -760,9 +758,9 @@ def test_daytona_backend_with_fake_client_at_sdk_boundary(fake_daytona, caplog):
     marker = f"LABEL-{uuid.uuid4().hex}"
     examples = [Example(state=STATE, action=a, legal=True, error=marker) for a in ACTIONS]
     with caplog.at_level(logging.INFO):
-        r = run_harness(GOOD, examples)
+        r = run_harness(GOOD, examples, backend="daytona")
         loop = run_harness("def is_legal_action(state, action):\n    while True:\n        pass\n    return True\n",
-                           EXAMPLES[:2], timeout_s=1.0, per_example_timeout_s=0.2)
+                           EXAMPLES[:2], timeout_s=1.0, per_example_timeout_s=0.2, backend="daytona")
     assert r.backend == "daytona" and r.ok and r.predictions == GOOD_PREDICTIONS, caplog.text
     assert loop.backend == "daytona" and loop.predictions == (None, None) and "timed out" in loop.example_errors[0]
     assert len(fake_daytona.calls) == 2  # one sandbox call per program, all examples batched
@@ -774,12 +772,11 @@ def test_daytona_backend_with_fake_client_at_sdk_boundary(fake_daytona, caplog):
 
 
 def test_daytona_without_a_key_falls_back_to_local_with_one_log_line(monkeypatch, caplog):
-    monkeypatch.setenv("W8_SANDBOX", "daytona")
     monkeypatch.delenv("DAYTONA_API_KEY", raising=False)
     sandbox.close()
     with caplog.at_level(logging.WARNING, logger="harness.sandbox"):
-        first = run_harness(GOOD, EXAMPLES)
-        second = run_harness(GOOD, EXAMPLES)
+        first = run_harness(GOOD, EXAMPLES, backend="daytona")
+        second = run_harness(GOOD, EXAMPLES, backend="daytona")
     sandbox.close()
     assert (first.backend, second.backend) == ("local", "local") and first.predictions == GOOD_PREDICTIONS
     lines = [r.getMessage() for r in caplog.records if r.name == "harness.sandbox"]
@@ -790,12 +787,11 @@ def test_daytona_without_a_key_falls_back_to_local_with_one_log_line(monkeypatch
 def test_daytona_unreachable_service_falls_back_to_local_with_the_key_masked(monkeypatch, caplog):
     """The real SDK against a closed local port: nothing is mocked here."""
     key = "dtn-unreachable-key-456"
-    monkeypatch.setenv("W8_SANDBOX", "auto")
     monkeypatch.setenv("DAYTONA_API_KEY", key)
     monkeypatch.setenv("DAYTONA_API_URL", "http://127.0.0.1:9/api")
     sandbox.close()
     with caplog.at_level(logging.WARNING, logger="harness.sandbox"):
-        r = run_harness(GOOD, EXAMPLES)
+        r = run_harness(GOOD, EXAMPLES, backend="auto")
     sandbox.close()
     assert r.backend == "local" and r.predictions == GOOD_PREDICTIONS
     lines = [rec.getMessage() for rec in caplog.records if rec.name == "harness.sandbox"]
@@ -804,4 +800,4 @@ def test_daytona_unreachable_service_falls_back_to_local_with_the_key_masked(mon
 
 
 def test_mask_hides_the_key_everywhere():
-    assert sandbox._mask("auth failed for key abc123 (abc123)", "abc123") == "auth failed for key *** (***)"
+    assert sandbox_daytona.mask("auth failed for key abc123 (abc123)", "abc123") == "auth failed for key *** (***)"

@@ -11,9 +11,17 @@ from pathlib import Path
 import pytest
 
 from harness.dataset import make_task
-from harness.mutation import DeterministicOperator, Generation, Operator
-from harness.search import (Node, SearchStateError, Trace, run_search, steps_to_first_gold, thompson_pick,
-                            without_timing)
+from harness.config import load_config
+from harness.operators import DeterministicOperator, Generation, Operator
+from harness.search import (Node, SearchKnobs, SearchStateError, Trace, run_search, steps_to_first_gold,
+                            thompson_pick, without_timing)
+
+def knobs(**over):
+    """SearchKnobs from the knob table (local sandbox), with some knobs set: how the pipeline builds them."""
+    env = {"W8_SANDBOX": "local", **{f"W8_{'TRACE_' if k == 'max_iterations' else 'HARNESS_'}{k.upper()}": str(v)
+                                     for k, v in over.items()}}
+    return SearchKnobs.from_config(load_config(env=env))
+
 
 REPO = Path(__file__).resolve().parents[1]
 TASK_SEED = 3  # the deterministic operator needs 11 refinements here: long enough to kill mid-way
@@ -27,7 +35,7 @@ def task():
 @pytest.fixture(scope="module")
 def reference(task):
     """The uninterrupted deterministic search every resume must reproduce."""
-    return run_search(task, DeterministicOperator(), progress=None).to_trace()
+    return run_search(task, DeterministicOperator(), knobs(), progress=None).to_trace()
 
 
 def node(index, reward, gold=False):
@@ -98,13 +106,13 @@ def test_search_reaches_gold_and_stops(task, reference):
 
 
 def test_same_seed_same_trace(task, reference):
-    again = run_search(task, DeterministicOperator(), progress=None).to_trace()
+    again = run_search(task, DeterministicOperator(), knobs(), progress=None).to_trace()
     assert without_timing(again) == without_timing(reference)
 
 
 def test_budget_caps_the_nodes(task):
     lines = []
-    t = run_search(task, DeterministicOperator(), max_iterations=2, progress=lines.append).to_trace()
+    t = run_search(task, DeterministicOperator(), knobs(max_iterations=2), progress=lines.append).to_trace()
     assert t["n_nodes"] == 3 and t["steps_to_first_gold"] is None and t["stop_reason"] == "budget"
     assert [ln.split()[:4] for ln in lines] == [["node", "0", "parent", "-"], ["node", "1", "parent", "0"],
                                                 ["node", "2", "parent", lines[2].split()[3]]]
@@ -113,12 +121,12 @@ def test_budget_caps_the_nodes(task):
 def test_gold_nodes_record_heldout_accuracy():
     task = make_task("heldout", seed=0, examples_per_obs=24)
     others = [e for e in make_task("train", seed=0, examples_per_obs=24).examples]
-    t = run_search(task, DeterministicOperator(), heldout=others, progress=None).to_trace()
+    t = run_search(task, DeterministicOperator(), knobs(), heldout=others, progress=None).to_trace()
     gold = [n for n in t["nodes"] if n["gold"]]
     assert gold and 0.0 <= gold[0]["heldout_accuracy"] <= 1.0
     assert all(n["heldout_accuracy"] is None for n in t["nodes"] if not n["gold"])
     seen = []
-    run_search(task, DeterministicOperator(), heldout=lambda code: seen.append(code) or 0.25, progress=None)
+    run_search(task, DeterministicOperator(), knobs(), heldout=lambda code: seen.append(code) or 0.25, progress=None)
     assert len(seen) == 1 and "def is_legal_action" in seen[0]
 
 
@@ -142,7 +150,7 @@ def test_bad_operator_output_never_kills_the_search(task):
              "def is_legal_action(state, action):\n    print('x' * 3_000_000)\n    return 'yes'\n",
              "import os\ndef is_legal_action(state, action):\n    os.kill(os.getpid(), 9)\n    return True\n",
              "```python\ndef is_legal_action(state, action):\n    return (\n```"]
-    t = run_search(task, ScriptedOperator(texts), max_iterations=5, progress=None).to_trace()
+    t = run_search(task, ScriptedOperator(texts), knobs(max_iterations=5), progress=None).to_trace()
     nodes = t["nodes"]
     assert len(nodes) == 6 and t["stop_reason"] == "budget"
     assert all(n["reward"] == 0.0 for n in nodes)
@@ -154,20 +162,20 @@ def test_bad_operator_output_never_kills_the_search(task):
 
 def test_state_of_another_search_is_refused(task, tmp_path):
     state = tmp_path / "state.json"
-    run_search(task, DeterministicOperator(), max_iterations=1, state_path=state, progress=None)
+    run_search(task, DeterministicOperator(), knobs(max_iterations=1), state_path=state, progress=None)
     with pytest.raises(SearchStateError, match=r"knobs\.gold_threshold"):
-        run_search(task, DeterministicOperator(), max_iterations=1, gold_threshold=0.95, state_path=state,
+        run_search(task, DeterministicOperator(), knobs(max_iterations=1, gold_threshold=0.95), state_path=state,
                    progress=None)
     other = make_task("heldout", seed=TASK_SEED + 1, examples_per_obs=24)
     with pytest.raises(SearchStateError, match=r"task\.(task_id|seed|examples_hash)"):
-        run_search(other, DeterministicOperator(), max_iterations=1, state_path=state, progress=None)
+        run_search(other, DeterministicOperator(), knobs(max_iterations=1), state_path=state, progress=None)
 
 
 def test_finished_state_is_returned_as_is(task, tmp_path):
     state = tmp_path / "state.json"
-    first = run_search(task, DeterministicOperator(), max_iterations=1, state_path=state, progress=None)
+    first = run_search(task, DeterministicOperator(), knobs(max_iterations=1), state_path=state, progress=None)
     lines = []
-    second = run_search(task, DeterministicOperator(), max_iterations=1, state_path=state, progress=lines.append)
+    second = run_search(task, DeterministicOperator(), knobs(max_iterations=1), state_path=state, progress=lines.append)
     assert without_timing(second.to_trace()) == without_timing(first.to_trace())
     assert lines == [f"resumed {state}: 2 node(s) done"]
 
@@ -177,8 +185,9 @@ def test_finished_state_is_returned_as_is(task, tmp_path):
 KILLER = textwrap.dedent("""
     import os, signal, sys
     from harness.dataset import make_task
-    from harness.mutation import DeterministicOperator
-    from harness.search import run_search
+    from harness.config import load_config
+    from harness.operators import DeterministicOperator
+    from harness.search import SearchKnobs, run_search
 
     mode, at, state = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
@@ -196,7 +205,8 @@ KILLER = textwrap.dedent("""
         if mode == "progress" and line.split()[1] == str(at):  # dies right after node `at` was saved
             os.kill(os.getpid(), signal.SIGKILL)
 
-    run_search(make_task("heldout", seed=%d, examples_per_obs=24), KilledOperator(), state_path=state,
+    knobs = SearchKnobs.from_config(load_config(env={"W8_SANDBOX": "local"}))
+    run_search(make_task("heldout", seed=%d, examples_per_obs=24), KilledOperator(), knobs, state_path=state,
                progress=progress)
 """ % TASK_SEED)
 
@@ -211,7 +221,7 @@ def test_resume_after_kill_gives_the_same_trace(task, reference, tmp_path, mode,
     partial = json.loads(state.read_text())["trace"]
     assert partial["n_nodes"] == saved < reference["n_nodes"] and not partial["finished"]
     lines = []
-    resumed = run_search(task, DeterministicOperator(), state_path=state, progress=lines.append).to_trace()
+    resumed = run_search(task, DeterministicOperator(), knobs(), state_path=state, progress=lines.append).to_trace()
     assert lines[0] == f"resumed {state}: {saved} node(s) done" and lines[1].startswith(f"node {saved:>3}")
     assert without_timing(resumed) == without_timing(reference)
     assert not [p for p in os.listdir(tmp_path) if p.startswith(".")]  # no temp file left behind

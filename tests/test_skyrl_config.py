@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness.config import load_config
-from harness.dataset import prepare_training_data
+from harness.training_data import prepare_training_data
+from helpers import REWARD
 from harness.skyrl_config import (GROUP_SIZE, Lengths, Paths, SkyRLConfigError, check_budget, parse_accelerator,
                                   paths_for, plan_for, render_all, render_grpo, render_sft, validate_grpo,
                                   validate_overrides, validate_sft)
@@ -18,7 +19,7 @@ PATHS = Paths(export="/tmp/w8-test/grpo", logs="/tmp/w8-test/grpo/logs")
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    return prepare_training_data(64, 8, tmp_path_factory.mktemp("rows"), sft_target="oracle")
+    return prepare_training_data(64, 8, tmp_path_factory.mktemp("rows"), "oracle", REWARD)
 
 
 def render(data, accelerator, lengths=LENGTHS, n_train=None, nodes=1, max_steps=0):

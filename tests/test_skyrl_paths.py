@@ -24,12 +24,14 @@ from pathlib import Path
 import pytest
 
 from harness import sandbox
-from harness.dataset import ENV_CLASS, make_task, prepare_training_data, skyrl_row, write_parquet_rows
+from harness.dataset import make_task
 from harness.env import register_env
+from harness.metrics import skyrl_step_record, summarize_skyrl_metrics
+from harness.models import resolve_model
 from harness.rewards import score_harness
-from harness.skyrl_main import (MetricsLog, TrainingGuardError, group_stats, harness_generator_class,
-                                skyrl_step_record, summarize_skyrl_metrics)
-from harness.train_local import resolve_model
+from harness.skyrl_main import MetricsLog, TrainingGuardError, group_stats, harness_generator_class
+from harness.training_data import ENV_CLASS, prepare_training_data, skyrl_row, write_parquet_rows
+from helpers import REWARD
 from skyrl_fakes import GARBAGE, ORACLE, TRUNCATED, FakeInferenceClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +48,7 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
     tasks = [make_task("train", 3, 12), make_task("train", 5, 12)]
-    path = write_parquet_rows([skyrl_row(t, 0.2, 0.9, 2.0) for t in tasks], tmp_path_factory.mktemp("rows") / "t.parquet")
+    path = write_parquet_rows([skyrl_row(t, REWARD) for t in tasks], tmp_path_factory.mktemp("rows") / "t.parquet")
     return tasks, path
 
 
@@ -158,7 +160,7 @@ def test_sft_rows_through_skyrls_tokenization_fit_max_length(tmp_path, tokenizer
 
     from harness.skyrl_config import measure_lengths, render_sft, plan_for, Paths
 
-    data = prepare_training_data(4, 24, tmp_path, sft_target=target)
+    data = prepare_training_data(4, 24, tmp_path, target, REWARD)
     lengths = measure_lengths(str(resolve_model("smollm2-135m")), data)
     sft = render_sft("m", plan_for("L4:1", "m", 4, 1), data, lengths, Paths("e", "l"), 1, "r")
     max_length = int(next(o for o in sft if o.startswith("max_length=")).split("=")[1])

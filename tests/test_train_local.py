@@ -8,9 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.exports import newest_export_step
-from harness.train_local import (ModelError, check_model_dir, export_policy, find_embedded_gguf,
-                                 resolve_model, write_metrics)
+from dataclasses import replace
+
+from harness.exports import export_policy, newest_export_step
+from harness.hparams import LOCAL
+from harness.metrics import write_metrics
+from harness.models import ModelError, check_model_dir, find_embedded_gguf, resolve_model
+from harness.training_data import TrainingData, skyrl_row, sft_row, write_jsonl_rows, write_parquet_rows
+from helpers import REWARD
 
 TINY_PROGRAM = "def is_legal_action(state, action):\n    return True\n"
 TINY_FALSE = TINY_PROGRAM.replace("True", "False")
@@ -79,13 +84,12 @@ def test_exports_are_atomic_and_the_newest_complete_one_wins(tmp_path, smollm2):
 def tiny_rows(tmp_path: Path):
     """Real rows (ground truth, extra_info, SFT answer) of two train tasks with a short prompt, so a
     2-layer model steps in well under a second; the env scores them exactly as on full prompts."""
-    from harness.dataset import (TrainingData, make_task, skyrl_row, sft_row, write_jsonl_rows,
-                                 write_parquet_rows)
+    from harness.dataset import make_task
 
     prompt = [{"role": "system", "content": "Write is_legal_action(state, action)."},
               {"role": "user", "content": "Page: click-dialog."}]
     tasks = [make_task("train", seed, 8) for seed in (0, 1)]
-    rows = [{**skyrl_row(t), "prompt": prompt} for t in tasks]
+    rows = [{**skyrl_row(t, REWARD), "prompt": prompt} for t in tasks]
     # two answers to one prompt (always True, always False): the SFT model samples both, so a GRPO
     # group holds different rewards (0.6 and 0.4 under the default weights) and its step has a signal
     sft = [{**sft_row(t, answer), "messages": prompt + sft_row(t, answer)["messages"][-1:]}
@@ -116,17 +120,25 @@ def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2)
     LlamaForCausalLM(config).save_pretrained(tmp_path / "tiny")
     tokenizer.save_pretrained(tmp_path / "tiny")
     data = tiny_rows(tmp_path / "data")
-    sft = train_sft(str(tmp_path / "tiny"), tmp_path / "sft", steps=100, lr=1e-2, data=data)
+    sft = train_sft(str(tmp_path / "tiny"), tmp_path / "sft", data, 100, replace(LOCAL, sft_lr=1e-2))
     assert sft.policy_dir == tmp_path / "sft" / "global_step_100" / "policy"
     losses = [s["loss"] for s in json.loads(sft.metrics_path.read_text())["steps"]]
     assert losses[-1] < losses[0] / 5
-    grpo = train_grpo(str(sft.policy_dir), tmp_path / "grpo", max_steps=1, group_size=8, max_completion_length=32,
-                      lr=1e-3, data=data, target=TINY_PROGRAM, temperature=1.0)
+    hp = replace(LOCAL, group_size=8, grpo_lr=1e-3, temperature=1.0)
+    grpo = train_grpo(str(sft.policy_dir), tmp_path / "grpo", data, 1, 32, hp)
     step = json.loads(grpo.metrics_path.read_text())["steps"][-1]
     assert step["reward_std"] > 0, "no reward variance in the group: the step could not learn"
     before = load_file(str(sft.policy_dir / "model.safetensors"))
     after = load_file(str(grpo.policy_dir / "model.safetensors"))
     assert any(not torch.equal(before[k], after[k]) for k in before)
-    again = train_grpo(str(sft.policy_dir), tmp_path / "grpo", max_steps=1, group_size=8, max_completion_length=32,
-                       lr=1e-3, data=data, target=TINY_PROGRAM, temperature=1.0)
+    again = train_grpo(str(sft.policy_dir), tmp_path / "grpo", data, 1, 32, hp)
     assert again.skipped and again.policy_dir == grpo.policy_dir
+
+
+def test_results_name_models_without_machine_paths(tmp_path):
+    from harness.files import WORK_DIR, shown_path
+
+    run = tmp_path / "r3-x"
+    assert shown_path(run / "sft" / "global_step_4" / "policy", run) == "sft/global_step_4/policy"
+    assert shown_path(WORK_DIR / "models" / "smollm2-135m-instruct", run) == "models/smollm2-135m-instruct"
+    assert shown_path("Qwen/Qwen2.5-Coder-1.5B-Instruct", run) == "Qwen/Qwen2.5-Coder-1.5B-Instruct"

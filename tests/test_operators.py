@@ -1,4 +1,5 @@
-"""Prompt builder and mutation operators (deterministic, hf on a tiny local model, openai over HTTP)."""
+"""Prompts (harness.prompts), the rule library (harness.rules) and the mutation operators (harness.operators:
+deterministic, hf on a tiny local model, openai over HTTP)."""
 
 import json
 import string
@@ -10,9 +11,10 @@ import pytest
 
 from harness.dataset import Example, make_task
 from harness.interface import extract_code
-from harness.mutation import (MAX_STATE_CHARS, RULE_NAMES, SYSTEM_PROMPT, DeterministicOperator, OperatorError,
-                              OpenAIOperator, active_rules, build_refine_prompt, build_zero_shot_prompt,
-                              compose_program, make_operator, state_excerpt, truncate_state)
+from harness.operators import DeterministicOperator, HFOperator, OpenAIOperator, OperatorError, make_operator
+from harness.prompts import (MAX_STATE_CHARS, SYSTEM_PROMPT, build_refine_prompt, build_zero_shot_prompt,
+                             state_excerpt, truncate_state)
+from harness.rules import RULE_NAMES, active_rules, compose_program
 from harness.rewards import score_harness, validation_problem
 from harness.search import failures_to_show
 
@@ -152,6 +154,9 @@ class _ChatHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).requests.append((self.path, body))
+        if not self.path.startswith("/v1/"):
+            self.send_error(404, "no such route")
+            return
         words = sum(len(m["content"].split()) for m in body["messages"])
         answer = "Here it is:\n```python\ndef is_legal_action(state, action):\n    return True\n```"
         reply = {"choices": [{"message": {"role": "assistant", "content": answer}}],
@@ -193,12 +198,10 @@ def test_openai_operator_over_http(task, endpoint):
     assert "Current harness" in _ChatHandler.requests[1][1]["messages"][1]["content"]
 
 
-def test_openai_operator_plain_urllib_path(task, endpoint):
-    """The path taken when the `openai` package is not installed."""
-    op = OpenAIOperator("served-model", endpoint, max_new_tokens=32)
-    gen = op._complete_urllib(build_zero_shot_prompt(task), seed=5)
-    assert _ChatHandler.requests[0][1]["messages"] == build_zero_shot_prompt(task)
-    assert gen.prompt_tokens > 0 and "def is_legal_action" in gen.text
+def test_openai_operator_error_status_is_one_line(task, endpoint):
+    op = OpenAIOperator("served-model", endpoint.replace("/v1", "/missing"), max_new_tokens=32)
+    with pytest.raises(OperatorError, match="answered 404"):
+        op.zero_shot(task, seed=5)
 
 
 def test_openai_operator_unreachable_endpoint_is_one_line():
@@ -206,9 +209,8 @@ def test_openai_operator_unreachable_endpoint_is_one_line():
     port = server.server_address[1]
     server.server_close()  # nothing listens there any more
     op = OpenAIOperator("m", f"http://127.0.0.1:{port}/v1", timeout_s=5)
-    for complete in (op.complete, op._complete_urllib):
-        with pytest.raises(OperatorError, match="unreachable"):
-            complete([{"role": "user", "content": "hi"}], seed=0)
+    with pytest.raises(OperatorError, match="unreachable"):
+        op.complete([{"role": "user", "content": "hi"}], seed=0)
 
 
 # ---- hf: transformers on a tiny randomly initialised local model --------------------
@@ -241,7 +243,6 @@ def tiny_model_dir(tmp_path_factory):
 
 @pytest.mark.slow
 def test_hf_operator_counts_tokens_and_is_reproducible(task, tiny_model_dir):
-    from harness.mutation import HFOperator
 
     greedy = HFOperator(str(tiny_model_dir), max_new_tokens=8)
     a, b = greedy.zero_shot(task, seed=1), greedy.zero_shot(task, seed=2)

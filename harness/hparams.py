@@ -1,0 +1,63 @@
+"""The trainers' hyperparameters, both backends side by side, with the reason for each value.
+
+    from harness.hparams import for_backend
+    hp = for_backend(cfg.backend)        # LOCAL (TRL on CPU) or SKYRL (the GPU node)
+    hp.grpo_lr, hp.group_size, hp.temperature
+
+Knobs (harness/config.py) are what a user varies per run; these are the settings a run
+is built around. The GRPO completion length is not here: it is the knob
+W8_OPERATOR_MAX_NEW_TOKENS, the one token budget of the search and of GRPO. Every
+run_config.json carries the record of the backend it used (`hparams_record`), and
+summary.md shows it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Hparams:
+    sft_lr: float
+    sft_batch: int  # rows per SFT step (SkyRL: per GPU micro batch; the global batch follows the GPUs)
+    grpo_lr: float
+    group_size: int  # GRPO samples per prompt
+    temperature: float  # GRPO sampling temperature
+    kl_coef: float  # 0 = no KL term (and no reference model)
+    eval_interval: int  # GRPO steps between evals on the held-out eval rows; 0 = none
+    ckpt_interval: int  # GRPO steps between resumable checkpoints; 0 = export at the end only
+
+
+# CPU, SmolLM2-135M, TRL, float32. A step must fit minutes on 2 cores.
+LOCAL = Hparams(
+    sft_lr=1e-4,  # full fine-tune, AdamW, constant: moves a 135M model within 16 steps (16 rows)
+    sft_batch=1,  # one ~1.3k-token row per step: ~18 s a step on 2 cores
+    grpo_lr=2e-6,  # one or two steps: a real update that does not undo the SFT warm-start
+    group_size=4,  # 4 completions of <= 448 tokens: ~100 s of generation per step
+    temperature=0.5,  # measured after SFT: at 1.0 or 0.7, 2-4 of 4 samples were syntax errors (no signal);
+                      # at 0.5 all 4 were valid with rewards 0.6-0.93
+    kl_coef=0.0,  # TRL then keeps no reference model: one forward pass less per step
+    eval_interval=0,
+    ckpt_interval=0,
+)
+
+# GPU node, Qwen2.5-Coder-1.5B, SkyRL (FSDP + vLLM), bf16.
+SKYRL = Hparams(
+    sft_lr=1e-5,  # a 1.5B model over 20 steps of 16-128 rows
+    sft_batch=2,  # micro batch per GPU (1 when FSDP offloads to CPU)
+    grpo_lr=1e-6,  # SkyRL's own GRPO examples (gsm8k, multiply) use 1e-6 for 1.5B models
+    group_size=8,  # 8 samples per prompt: a group rarely has zero variance on this task
+    temperature=1.0,  # on-policy sampling at the model's own distribution, as SkyRL's examples
+    kl_coef=0.001,  # a light KL loss against the reference, SkyRL's default coefficient
+    eval_interval=5,  # the 16 held-out eval rows every 5 steps (and before training: the first sandbox check)
+    ckpt_interval=10,  # resumable FSDP checkpoints every 10 steps (a preempted run resumes from the latest)
+)
+
+
+def for_backend(backend: str) -> Hparams:
+    return SKYRL if backend == "skyrl" else LOCAL
+
+
+def hparams_record(backend: str) -> dict:
+    """What run_config.json keeps: the backend's values (the reasons are in this file)."""
+    return {"backend": backend, **asdict(for_backend(backend))}

@@ -1,0 +1,256 @@
+"""Mutation operators: a zero-shot harness for a task, or a refinement of one, as raw model text.
+
+    from harness.operators import make_operator, operator_from_config
+    op = make_operator("deterministic")              # or "hf", "vllm", "openai"
+    gen = op.zero_shot(task, seed=0)                 # gen.text (raw), gen.prompt_tokens, gen.completion_tokens
+    gen = op.refine(task, code, failures, seed=1)    # failures: harness.rewards.Failure, up to five shown
+
+Every LLM operator asks with the prompts of harness.prompts and returns raw text plus
+token counts; taking the code out of the text is harness.interface's job, done by the
+caller. The LLM operators (hf: transformers, vllm: in-process vLLM, openai: any
+OpenAI-compatible endpoint over plain HTTP) import their libraries only when built.
+`deterministic` uses no model: it composes rules from harness.rules, for tests and smoke runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from harness.models import ModelError, resolve_model
+from harness.prompts import MAX_FAILURES, build_refine_prompt, build_zero_shot_prompt
+from harness.rules import active_rules, best_rule, compose_program
+
+@dataclass(frozen=True)
+class Generation:
+    """One operator answer: the raw text and what it cost."""
+
+    text: str
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    wall_s: float = 0.0
+
+
+class Operator:
+    """A mutation operator: a zero-shot harness for a task, or a refinement of a harness."""
+
+    name = "operator"
+    model = ""
+
+    def zero_shot(self, task: Any, seed: int = 0) -> Generation:
+        raise NotImplementedError
+
+    def refine(self, task: Any, code: str, failures: Sequence[Any], seed: int = 0) -> Generation:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "model": self.model}
+
+
+class ChatOperator(Operator):
+    """An LLM operator: both calls go through the shared prompt builder and `complete`."""
+
+    def __init__(self, max_new_tokens: int = 512, temperature: float = 0.0):
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+
+    def complete(self, messages: list[dict[str, str]], seed: int) -> Generation:
+        raise NotImplementedError
+
+    def zero_shot(self, task: Any, seed: int = 0) -> Generation:
+        return self._timed(build_zero_shot_prompt(task), seed)
+
+    def refine(self, task: Any, code: str, failures: Sequence[Any], seed: int = 0) -> Generation:
+        return self._timed(build_refine_prompt(task, code, failures), seed)
+
+    def _timed(self, messages: list[dict[str, str]], seed: int) -> Generation:
+        start = time.perf_counter()
+        gen = self.complete(messages, seed)
+        return Generation(gen.text, gen.prompt_tokens, gen.completion_tokens, time.perf_counter() - start)
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "model": self.model, "max_new_tokens": self.max_new_tokens,
+                "temperature": self.temperature}
+
+
+class OperatorError(RuntimeError):
+    """An operator cannot be built or reached; the message names the missing piece."""
+
+
+def resolve_model_path(name: str) -> str:
+    """harness.models.resolve_model, with its ModelError as a one-line OperatorError."""
+    try:
+        return str(resolve_model(name))
+    except ModelError as err:
+        raise OperatorError(f"model {name!r}: {err}") from None
+
+
+class HFOperator(ChatOperator):
+    """transformers AutoModelForCausalLM + the tokenizer's chat template, on CPU or one GPU.
+
+    temperature 0 decodes greedily; otherwise it samples with torch seeded by `seed`, so a
+    node's answer is reproducible on the same hardware and library versions.
+    """
+
+    name = "hf"
+
+    def __init__(self, model: str, max_new_tokens: int = 512, temperature: float = 0.0, device: str | None = None):
+        super().__init__(max_new_tokens, temperature)
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.model = model
+        path = resolve_model_path(model)
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.lm = AutoModelForCausalLM.from_pretrained(path).to(self.device).eval()
+
+    def complete(self, messages: list[dict[str, str]], seed: int) -> Generation:
+        import torch
+
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        inputs = self.tokenizer(text, return_tensors="pt", add_special_tokens=False).to(self.device)
+        sampling = {"do_sample": False}
+        if self.temperature > 0:
+            torch.manual_seed(seed)
+            sampling = {"do_sample": True, "temperature": self.temperature, "top_p": 1.0, "top_k": 0}
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        with torch.no_grad():
+            out = self.lm.generate(**inputs, max_new_tokens=self.max_new_tokens, pad_token_id=pad, **sampling)
+        n_prompt = inputs["input_ids"].shape[1]
+        new = out[0, n_prompt:]
+        return Generation(self.tokenizer.decode(new, skip_special_tokens=True), int(n_prompt), int(new.shape[0]))
+
+
+# The engine settings SkyRL's own vLLM servers use (skyrl/backends/skyrl_train/inference_servers/
+# utils.py, build_vllm_cli_args): bf16 weights (InferenceEngineConfig.model_dtype) and vLLM's own
+# generation defaults instead of the model's generation_config.json. The frozen and the trained
+# search both decode through this class, so both arms decode the same way, and the same way
+# GRPO sampled; compare refuses traces whose operators differ in these fields.
+VLLM_ENGINE_ARGS = {"dtype": "bfloat16", "generation_config": "vllm", "enable_prefix_caching": True,
+                    "trust_remote_code": True}
+
+
+class VLLMOperator(ChatOperator):
+    """In-process `vllm.LLM` (GPU nodes); vllm is imported only when this is built."""
+
+    name = "vllm"
+
+    def __init__(self, model: str, max_new_tokens: int = 512, temperature: float = 0.0,
+                 gpu_memory_utilization: float = 0.6):
+        super().__init__(max_new_tokens, temperature)
+        try:
+            import vllm
+        except ImportError:
+            raise OperatorError("operator vllm needs the vllm package (the GPU node's SkyRL env)") from None
+        self.model = model
+        self._vllm = vllm
+        self.llm = vllm.LLM(model=resolve_model_path(model), gpu_memory_utilization=gpu_memory_utilization,
+                            **VLLM_ENGINE_ARGS)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "dtype": VLLM_ENGINE_ARGS["dtype"],
+                "generation_config": VLLM_ENGINE_ARGS["generation_config"]}
+
+    def complete(self, messages: list[dict[str, str]], seed: int) -> Generation:
+        params = self._vllm.SamplingParams(max_tokens=self.max_new_tokens, temperature=self.temperature, seed=seed)
+        out = self.llm.chat([messages], params, use_tqdm=False)[0]
+        return Generation(out.outputs[0].text, len(out.prompt_token_ids or []), len(out.outputs[0].token_ids))
+
+
+class OpenAIOperator(ChatOperator):
+    """Any OpenAI-compatible /v1/chat/completions endpoint (e.g. `vllm serve`).
+
+    Plain HTTP with urllib (one client path, no SDK to pin). The API key comes from
+    OPENAI_API_KEY if set (a local `vllm serve` needs none). Token counts come from the
+    response's `usage`; an endpoint that omits it yields 0.
+    """
+
+    name = "openai"
+
+    def __init__(self, model: str, base_url: str, max_new_tokens: int = 512, temperature: float = 0.0,
+                 timeout_s: float = 300.0):
+        super().__init__(max_new_tokens, temperature)
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.api_key = os.environ.get("OPENAI_API_KEY", "EMPTY")
+
+    def _payload(self, messages: list[dict[str, str]], seed: int) -> dict[str, Any]:
+        return {"model": self.model, "messages": messages, "max_tokens": self.max_new_tokens,
+                "temperature": self.temperature, "seed": seed}
+
+    def complete(self, messages: list[dict[str, str]], seed: int) -> Generation:
+        body = json.dumps(self._payload(messages, seed)).encode()
+        req = urllib.request.Request(self.base_url + "/chat/completions", data=body, method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {self.api_key}"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                data = json.loads(resp.read().decode())
+        except urllib.error.HTTPError as err:
+            raise OperatorError(f"openai endpoint {self.base_url} answered {err.code}: {err.reason}") from None
+        except (urllib.error.URLError, TimeoutError) as err:
+            raise OperatorError(f"openai endpoint {self.base_url} unreachable: {err}") from None
+        usage = data.get("usage") or {}
+        text = (data.get("choices") or [{}])[0].get("message", {}).get("content") or ""
+        return Generation(text, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+
+
+class DeterministicOperator(Operator):
+    """Rule-based edits from a library of checks; no model.
+
+    zero_shot: the minimal program (no rule: everything that parses is legal).
+    refine: adds the library rule that fixes the most shown failures (ties: library order);
+    if none fixes any, the next unused rule in library order; if all are used, the same
+    program. Deterministic given its inputs (the seed is ignored). Token counts are 0.
+    """
+
+    name = "deterministic"
+    model = "rule-library"
+
+    def zero_shot(self, task: Any, seed: int = 0) -> Generation:
+        return Generation(_fence(compose_program([])))
+
+    def refine(self, task: Any, code: str, failures: Sequence[Any], seed: int = 0) -> Generation:
+        start = time.perf_counter()
+        active = active_rules(code)
+        rule = best_rule(active, list(failures)[:MAX_FAILURES])
+        return Generation(_fence(compose_program(active + ([rule] if rule else []))),
+                          wall_s=time.perf_counter() - start)
+
+
+def _fence(code: str) -> str:
+    return "```python\n" + code + "```\n"
+
+
+OPERATORS = ("deterministic", "hf", "vllm", "openai")
+
+
+def make_operator(name: str, model: str = "", backend: str = "local", max_new_tokens: int = 512,
+                  temperature: float = 0.0, base_url: str = "") -> Operator:
+    """Build an operator by name; "auto" is hf on the local backend and vllm on skyrl."""
+    if name == "auto":
+        name = "vllm" if backend == "skyrl" else "hf"
+    if name == "deterministic":
+        return DeterministicOperator()
+    if name == "hf":
+        return HFOperator(model, max_new_tokens, temperature)
+    if name == "vllm":
+        return VLLMOperator(model, max_new_tokens, temperature)
+    if name == "openai":
+        if not base_url:
+            raise OperatorError("operator openai needs an endpoint: set W8_OPERATOR_BASE_URL (e.g. http://127.0.0.1:8000/v1)")
+        return OpenAIOperator(model, base_url, max_new_tokens, temperature)
+    raise OperatorError(f"unknown operator {name!r}: expected auto or one of {', '.join(OPERATORS)}")
+
+
+def operator_from_config(cfg: Any) -> Operator:
+    """make_operator with the knobs operator, harness_model, backend, operator_* ."""
+    return make_operator(cfg.operator, cfg.harness_model, cfg.backend, cfg.operator_max_new_tokens,
+                         cfg.operator_temperature, cfg.operator_base_url)

@@ -1,0 +1,154 @@
+"""Training data: SkyRL prompt rows (GRPO) and chat rows (SFT) from train tasks, and their files.
+
+    from harness.training_data import training_data_for
+    data = training_data_for(cfg, run_dir / "data")   # train.parquet, validation.parquet, sft/train.jsonl
+    data.train_parquet, data.n_train
+
+Every row's prompt is harness.prompts.build_zero_shot_prompt(task): the prompt of node 0 of
+a trace, so training targets exactly what the trace measures. Train rows come from train
+pages only; the small eval split comes from held-out pages with seeds far from the trace
+seeds (EVAL_SEED_OFFSET), and is only ever evaluated, never trained on. The reward knobs
+(recall weight, gold threshold, sandbox timeout and backend) travel in each row's
+extra_info, so the env scores exactly as the search does, on CPU and on the GPU node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.dataset import DatasetError, Example, Task, make_task
+from harness.files import atomic_write_bytes, atomic_write_text
+from harness.oracle import sft_target_source
+from harness.prompts import build_zero_shot_prompt
+from harness.rewards import RewardKnobs
+
+ENV_CLASS = "harness_legality"
+DATA_SOURCE = "w8-biayn/harness-legality"
+SKYRL_COLUMNS = ("data_source", "prompt", "env_class", "reward_spec", "extra_info")
+EVAL_SEED_OFFSET = 100_000
+EVAL_COUNT = 16
+
+def ground_truth_json(task: Task) -> str:
+    """reward_spec.ground_truth of a row: the task's state and labeled actions as one JSON string."""
+    return json.dumps({"task_id": task.task_id, "state": task.state,
+                       "examples": [{"action": e.action, "legal": e.legal, "dom_changed": e.dom_changed,
+                                     "error": e.error, "action_type": e.action_type} for e in task.examples]})
+
+
+def examples_from_ground_truth(ground_truth: str | dict) -> list[Example]:
+    """Examples back from a row's ground_truth (JSON string; an already-parsed dict is accepted too)."""
+    data = json.loads(ground_truth) if isinstance(ground_truth, (str, bytes)) else dict(ground_truth or {})
+    state = data.get("state", "")
+    return [Example(state=e.get("state", state), action=e["action"], legal=bool(e["legal"]),
+                    error=e.get("error", ""), dom_changed=bool(e.get("dom_changed", False)),
+                    action_type=e.get("action_type", ""), obs_id=data.get("task_id", ""))
+            for e in data.get("examples", [])]
+
+
+def skyrl_row(task: Task, reward: RewardKnobs) -> dict[str, Any]:
+    """One SkyRL prompt row. SkyRL hands everything but prompt/env_class to the env as `extras`;
+    our own fields live under extras["extra_info"] (harness/env.py unwraps them)."""
+    return {"data_source": DATA_SOURCE, "prompt": build_zero_shot_prompt(task), "env_class": ENV_CLASS,
+            "reward_spec": {"method": "rule", "ground_truth": ground_truth_json(task)},
+            "extra_info": {"task_id": task.task_id, "split": task.split, "seed": task.seed, "obs_id": task.obs_id,
+                           "page": task.page, "n_examples": len(task.examples), **reward.as_row()}}
+
+
+def train_tasks(count: int, examples_per_obs: int) -> list[Task]:
+    """The GRPO/SFT tasks: train pages only, seeds 0..count-1."""
+    return [make_task("train", seed, examples_per_obs) for seed in range(count)]
+
+
+def eval_tasks(examples_per_obs: int, count: int = EVAL_COUNT) -> list[Task]:
+    """A small evaluation split from held-out pages (seeds from EVAL_SEED_OFFSET, never the trace seeds)."""
+    return [make_task("heldout", EVAL_SEED_OFFSET + i, examples_per_obs) for i in range(count)]
+
+
+def sft_row(task: Task, target: str) -> dict[str, Any]:
+    """One SFT row in chat form: the zero-shot prompt, then the reference harness as the answer."""
+    answer = "```python\n" + sft_target_source(target).rstrip() + "\n```"
+    return {"messages": build_zero_shot_prompt(task) + [{"role": "assistant", "content": answer}],
+            "task_id": task.task_id}
+
+
+def sft_target_for(backend: str) -> str:
+    """SFT answer: the full oracle on the GPU node (its budget holds it), the compact program on CPU."""
+    return "oracle" if backend == "skyrl" else "compact"
+
+
+def write_parquet_rows(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    """Rows -> parquet (nested columns kept as structs and lists), atomically."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buffer = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), buffer)
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def write_jsonl_rows(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    return atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def check_skyrl_parquet(path: str | Path) -> int:
+    """Row count of a SkyRL prompt parquet; DatasetError naming the file if it is missing or lacks columns."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"training parquet not found: {path}")
+    schema = pq.read_schema(path)
+    missing = [c for c in SKYRL_COLUMNS if c not in schema.names]
+    if missing:
+        raise DatasetError(f"{path} lacks column(s) {', '.join(missing)} (SkyRL rows need {', '.join(SKYRL_COLUMNS)})")
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """Where the training files of one configuration are, and how many rows each holds."""
+
+    train_parquet: Path
+    eval_parquet: Path
+    sft_dir: Path  # holds train.jsonl: load_dataset(sft_dir, split="train") in SkyRL's SFT trainer and TRL
+    n_train: int
+    n_eval: int
+
+
+def prepare_training_data(train_count: int, examples_per_obs: int, data_dir: str | Path, sft_target: str,
+                          reward: RewardKnobs) -> TrainingData:
+    """Write train.parquet, validation.parquet and sft/train.jsonl under data_dir, unless identical ones exist.
+
+    A fingerprint of the inputs (knobs, the tasks' examples, the prompt of the first task)
+    decides reuse, so a changed knob or snapshot rebuilds the files.
+    """
+    root = Path(data_dir)
+    train = train_tasks(train_count, examples_per_obs)
+    evals = eval_tasks(examples_per_obs)
+    first = skyrl_row(train[0], reward)
+    key = hashlib.sha256(json.dumps([train_count, examples_per_obs, sft_target_source(sft_target), reward.as_row(),
+                                     [t.examples_hash for t in train + evals], first["prompt"]],
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    out = TrainingData(root / "train.parquet", root / "validation.parquet", root / "sft", len(train), len(evals))
+    stamp = root / "fingerprint.json"
+    if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key and out.train_parquet.is_file() \
+            and out.eval_parquet.is_file() and (out.sft_dir / "train.jsonl").is_file():
+        return out
+    write_parquet_rows([skyrl_row(t, reward) for t in train], out.train_parquet)
+    write_parquet_rows([skyrl_row(t, reward) for t in evals], out.eval_parquet)
+    write_jsonl_rows([sft_row(t, sft_target) for t in train], out.sft_dir / "train.jsonl")
+    atomic_write_text(stamp, json.dumps({"key": key, "train_count": train_count, "examples_per_obs": examples_per_obs,
+                                         "sft_target": sft_target[:40], **reward.as_row()}) + "\n")
+    return out
+
+
+def training_data_for(cfg: Any, data_dir: str | Path) -> TrainingData:
+    """The rows of a run: its train count and size, the backend's SFT target, its reward knobs."""
+    return prepare_training_data(cfg.train_count, cfg.train_examples_per_obs, data_dir,
+                                 sft_target_for(cfg.backend), RewardKnobs.from_config(cfg))
