@@ -339,7 +339,7 @@ class PageSession:
             extra = extract_dom_extra_properties(dom, scale_factor=1.0)
         finally:
             _post_extract(self._page)
-        # skip_generic=False and no ignored properties: the label depends on them (see DESIGN.md).
+        # skip_generic=False and no ignored properties: the label depends on them (README, the benchmark).
         text = flatten_axtree_to_str(axtree, extra_properties=extra, with_visible=True, with_clickable=True,
                                      skip_generic=False, ignored_properties=(), ignored_roles=IGNORED_ROLES)
         # the root's url is a file:// path of this machine: keep only the page's own name

@@ -6,7 +6,7 @@
 
     python -m harness.compare --frozen f.json --trained t.json --out results/<run>/
 
-The rules (DESIGN.md):
+The rules:
 - two traces compare only if they searched the same task (task id, split, seed,
   observation, examples hash and count) with the same knobs (gold threshold, budget,
   reward weight, C, search seed); anything else is refused with a CompareError naming

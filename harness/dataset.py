@@ -163,6 +163,18 @@ def _balanced_draw(examples: list[Example], n: int, rng: random.Random) -> list[
     return chosen
 
 
+def max_examples_per_obs(split: str, path: str | Path = SNAPSHOT_PATH) -> tuple[int, int]:
+    """(the largest task size some observation of `split` can serve balanced, its largest observation's size)."""
+    best, largest = 0, 0
+    for record in _records_for(split, Path(path)):
+        n_legal = sum(a["legal"] for a in record["actions"])
+        n_all = len(record["actions"])
+        largest = max(largest, n_all)
+        best = max([best] + [n for n in range(1, n_all + 1)
+                             if min(n_legal, n_all - n_legal) >= min_class_count(n)])
+    return best, largest
+
+
 def make_task(split: str = "heldout", seed: int = 0, examples_per_obs: int = 24,
               path: str | Path = SNAPSHOT_PATH) -> Task:
     """One observation of `split` and `examples_per_obs` balanced labeled actions, fixed by `seed`.

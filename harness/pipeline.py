@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from harness.config import BY_NAME, KNOBS, Config, ConfigError, add_flags, load_config, load_config_or_exit
+from harness.dataset import max_examples_per_obs
 from harness.exports import newest_export
 from harness.files import REPO_ROOT, WORK_DIR, atomic_write_bytes, atomic_write_json
 from harness.hparams import hparams_record
@@ -143,6 +144,16 @@ def run_config(cfg: Config, run_id: str) -> dict[str, Any]:
 def _knob_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     return [f"{BY_NAME[name].env}={saved.get(name)!r} (now {now[name]!r})" for name in sorted(now)
             if name != "run_id" and name in BY_NAME and saved.get(name, BY_NAME[name].default) != now[name]]
+
+
+def check_task_sizes(cfg: Config) -> None:
+    """Task sizes the snapshot can serve, checked before anything starts (a model loads, a folder appears)."""
+    for name, split in (("trace_examples_per_obs", "heldout"), ("train_examples_per_obs", "train")):
+        n = getattr(cfg, name)
+        serviceable, largest = max_examples_per_obs(split)
+        if n > serviceable:
+            raise ConfigError(f"{BY_NAME[name].env}={n}: no {split} observation can give {n} balanced examples "
+                              f"(the snapshot's largest observation has {largest} actions)")
 
 
 def open_run(cfg: Config, root: Path | None = None) -> Path:
@@ -250,6 +261,11 @@ def run_step(step: str, doc: str, body: Callable[[Config, Path, argparse.Namespa
     args = parser.parse_args(argv)
     cfg = load_config_or_exit(argv, parser=parser)
     try:
+        check_task_sizes(cfg)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    try:
         run_dir = open_run(cfg)
     except RunError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -318,7 +334,9 @@ def small_artifacts(run_dir: Path, steps: Iterable[str] = STEPS) -> list[str]:
 def _cli(argv: list[str]) -> int:
     if argv[:1] == ["init"]:
         try:
-            run_dir = open_run(load_config())
+            cfg = load_config()
+            check_task_sizes(cfg)
+            run_dir = open_run(cfg)
         except (ConfigError, RunError) as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

@@ -5,7 +5,7 @@
     s.reward, s.balanced_accuracy, s.effective_recall, s.valid, s.reason, s.failures
     is_gold(s)                               # balanced_accuracy >= W8_HARNESS_GOLD_THRESHOLD (0.90)
 
-The arithmetic (DESIGN.md, legal = positive):
+The arithmetic (legal = positive):
 - balanced_accuracy = (TPR + TNR) / 2; if a class has no examples, the other class's
   rate alone (make_task never builds such a task; this only keeps hand-made sets defined);
 - effective_recall = share of `dom_changed` examples predicted legal (the DOMDiff term:

@@ -238,7 +238,7 @@ def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, pa
     """The override list of `python -m harness.skyrl_main grpo` (one setting a line, grouped)."""
     steps_per_epoch = max(1, data.n_train // plan.train_batch_size)
     return [
-        # data: SkyRL parquet rows (harness.dataset.skyrl_row), prompts = node 0's prompt
+        # data: SkyRL parquet rows (harness.training_data.skyrl_row), prompts = node 0's prompt
         f"data.train_data=['{data.train_parquet}']",
         f"data.val_data=['{data.eval_parquet}']",
         f"environment.env_class={ENV_CLASS}",

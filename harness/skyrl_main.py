@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from skyrl.train.utils.callbacks import TrainingCallback
+
 from harness.env import register_env
 from harness.exports import fetch_newest_export, newest_export
 from harness.files import REPO_ROOT, atomic_write_json
@@ -96,15 +98,7 @@ class TrainingGuard:
                                      "prompt and W8_OPERATOR_MAX_NEW_TOKENS before paying for more steps")
 
 
-def _callback_base():
-    try:
-        from skyrl.train.utils.callbacks import TrainingCallback
-    except ImportError:  # the caller side of a CPU machine without SkyRL's trainer: the log still works
-        return object
-    return TrainingCallback
-
-
-class MetricsLog(_callback_base()):
+class MetricsLog(TrainingCallback):
     """A SkyRL TrainingCallback: every numeric value SkyRL is about to log, appended to a JSONL file."""
     def __init__(self, path: str | Path):
         self.path = Path(path)

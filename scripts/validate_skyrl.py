@@ -5,7 +5,7 @@
     python scripts/validate_skyrl.py --shapes A100:8x1,H100:8x2 --out .w8-biayn/dry-run/plans
     python scripts/validate_skyrl.py --extra trainer.polcy.model.path=x   # a wrong key must fail
 
-Builds the real training rows for the knobs (harness.dataset.prepare_training_data), renders
+Builds the real training rows for the knobs (harness.training_data.training_data_for), renders
 the overrides exactly as steps 02/03 do on the GPU node (harness.skyrl_config.render_all:
 plan, one token budget, paths) for each cluster shape `<accelerator>x<nodes>`, and loads them
 with SkyRL's own config classes and start-up checks (SkyRLTrainConfig.from_cli_overrides +

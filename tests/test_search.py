@@ -53,6 +53,32 @@ def test_thompson_pick_is_seeded():
     assert len(set(picks[0])) > 1  # it samples, it does not just take the argmax
 
 
+class RecordingRandom(random.Random):
+    """Records the Beta parameters asked for and returns scripted draws."""
+
+    def __init__(self, draws):
+        super().__init__(0)
+        self.asked, self.draws = [], list(draws)
+
+    def betavariate(self, alpha, beta):
+        self.asked.append((alpha, beta))
+        return self.draws.pop(0)
+
+
+def test_thompson_draws_beta_1_plus_c_h_and_1_plus_c_1_minus_h_plus_n_per_node():
+    nodes = [node(0, 0.25), node(1, 0.5), node(2, 1.0)]
+    rng = RecordingRandom([0.3, 0.9, 0.1])
+    assert thompson_pick(nodes, [2, 0, 5], 20.0, rng) == 1
+    assert rng.asked == [(1 + 20.0 * 0.25, 1 + 20.0 * 0.75 + 2), (1 + 20.0 * 0.5, 1 + 20.0 * 0.5 + 0),
+                         (1 + 20.0 * 1.0, 1 + 0.0 + 5)]
+
+
+def test_thompson_ties_go_to_the_lower_index():
+    nodes = [node(0, 0.5), node(1, 0.5), node(2, 0.5)]
+    assert thompson_pick(nodes, [0, 0, 0], 20.0, RecordingRandom([0.2, 0.7, 0.7])) == 1
+    assert thompson_pick(nodes, [0, 0, 0], 20.0, RecordingRandom([0.7, 0.7, 0.7])) == 0
+
+
 def test_better_node_is_refined_more_often():
     rng = random.Random(0)
     nodes = [node(0, 0.3), node(1, 0.8)]
