@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.dataset import is_balanced, min_class_count
+from harness.files import atomic_path
 from harness.search import load_trace, steps_to_first_gold, write_json
 
 COMPARE_VERSION = 1
@@ -156,13 +157,10 @@ def plot_traces(frozen: Sequence[dict[str, Any]], trained: Sequence[dict[str, An
     for ax, f, t in zip(axes[:, 0], frozen, trained):
         _plot_one(ax, f, t)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
-    tmp.replace(path)
-    return path
+    return Path(path)
 
 
 def _plot_one(ax: Any, frozen: dict[str, Any], trained: dict[str, Any]) -> None:

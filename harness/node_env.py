@@ -42,7 +42,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from harness.files import REPO_ROOT, WORK_DIR
+from harness.files import REPO_ROOT, WORK_DIR, atomic_path, atomic_write_text
 
 
 SKYRL_VERSION = "0.4.0"
@@ -216,15 +216,12 @@ def fetch_sdist(cache_dir: Path, version: str, sha256: str, index: str) -> Path:
     if listed != sha256:
         raise NodeEnvError(f"PyPI lists sha256 {listed} for {filename}, harness/node_env.py pins {sha256}: "
                            "the release changed; review it and update SKYRL_SDIST_SHA256")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    with _open(entry["url"], {}) as response, open(tmp, "wb") as f:
-        shutil.copyfileobj(response, f)
-    if _sha256(tmp) != sha256:
-        tmp.unlink()
-        raise NodeEnvError(f"{entry['url']} downloaded with a different sha256 than {sha256}: retry (a broken "
-                           "download or proxy)")
-    os.replace(tmp, target)
+    with atomic_path(target) as tmp:
+        with _open(entry["url"], {}) as response, open(tmp, "wb") as f:
+            shutil.copyfileobj(response, f)
+        if _sha256(tmp) != sha256:
+            raise NodeEnvError(f"{entry['url']} downloaded with a different sha256 than {sha256}: retry (a broken "
+                               "download or proxy)")
     return target
 
 
@@ -284,7 +281,7 @@ def uv_reason(stderr: str) -> str:
 
 def uv_compile(uv: str, args: list[str], out: Path, what: str) -> None:
     """`uv pip compile <args>` for the node's platform into `out`, headed by what it is (temp, then rename)."""
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")  # uv writes it; renamed below when complete
     # --python: the interpreter uv would build an sdist's metadata with (none needs building today); without
     # it uv tries to download a CPython 3.12 when the one on PATH is another version.
     cmd = [uv, "pip", "compile", *args, "--python-platform", PLATFORM, "--python-version", PYTHON_VERSION,
@@ -294,9 +291,9 @@ def uv_compile(uv: str, args: list[str], out: Path, what: str) -> None:
         tmp.unlink(missing_ok=True)
         raise NodeEnvError(f"{what} does not resolve: {uv_reason(proc.stderr)}")
     shown = " ".join(Path(a).name if os.sep in a else a for a in args)
-    tmp.write_text(f"# {what}: uv {UV_VERSION} pip compile {shown}\n#   for {PLATFORM} / Python {PYTHON_VERSION}"
-                   f" (harness/node_env.py)\n" + tmp.read_text())
-    os.replace(tmp, out)
+    atomic_write_text(out, f"# {what}: uv {UV_VERSION} pip compile {shown}\n#   for {PLATFORM} / Python "
+                           f"{PYTHON_VERSION} (harness/node_env.py)\n" + tmp.read_text())
+    tmp.unlink()
 
 
 def read_pins(path: Path) -> dict[str, str]:

@@ -23,6 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from anywhere
 
 from harness import browser  # noqa: E402
+from harness.files import atomic_write_json  # noqa: E402
 from harness.dataset import MANIFEST_PATH, SNAPSHOT_PATH, split_of, write_snapshot  # noqa: E402
 from harness.manifest import build_manifest  # noqa: E402
 
@@ -138,9 +139,7 @@ def run(pages: list[str], seeds: int, actions_per_obs: int, workers: int, fresh:
     write_snapshot(records, snapshot_path)
     manifest = build_manifest(records, list(dropped.values()), versions or _stored_versions(manifest_path),
                               {"seeds_per_page": seeds, "actions_per_obs": actions_per_obs})
-    tmp = manifest_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, manifest_path)
+    atomic_write_json(manifest_path, manifest, indent=1)
     rate = labeled / elapsed if labeled else 0.0
     print(f"harvest: {len(records)} observations ({manifest['totals']['actions']} labeled actions, "
           f"{len(dropped)} dropped) -> {snapshot_path}; this run labeled {labeled} actions in {elapsed:.0f} s "
