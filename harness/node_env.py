@@ -281,7 +281,7 @@ def uv_reason(stderr: str) -> str:
 
 def uv_compile(uv: str, args: list[str], out: Path, what: str) -> None:
     """`uv pip compile <args>` for the node's platform into `out`, headed by what it is (temp, then rename)."""
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")  # uv writes it; renamed below when complete
+    tmp = out.with_name(f".{out.name}.uv{os.getpid()}")  # uv writes it; copied into place below when complete
     # --python: the interpreter uv would build an sdist's metadata with (none needs building today); without
     # it uv tries to download a CPython 3.12 when the one on PATH is another version.
     cmd = [uv, "pip", "compile", *args, "--python-platform", PLATFORM, "--python-version", PYTHON_VERSION,
