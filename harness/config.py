@@ -97,6 +97,16 @@ def _bucket():
         "'' or a gs://bucket/prefix URI (file:// for tests)"
 
 
+def _flag(text: str) -> bool:
+    """A yes/no knob: 1/0, true/false, yes/no (any case)."""
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("0", "false", "no", ""):
+        return False
+    raise ValueError(text)
+
+
 def _knob(name, type_, default, doc, rule=None):
     check, text = rule if rule else ((lambda v: True), "")
     return Knob(name, type_, default, doc, check, text)
@@ -120,7 +130,7 @@ KNOBS: tuple[Knob, ...] = (
           _int_range(0)),
     _knob("operator_max_new_tokens", int, 512, "longest operator answer in tokens (hf, vllm, openai)",
           _int_range(16, 8192)),
-    _knob("operator_temperature", float, 0.0, "operator sampling temperature; 0 decodes greedily",
+    _knob("operator_temperature", float, 0.5, "operator sampling temperature of every arm's searches (0: greedy)",
           ((lambda v: 0.0 <= v <= 2.0), "a number in [0, 2]")),
     _knob("operator_base_url", str, "", "OpenAI-compatible endpoint of the openai operator, e.g. http://127.0.0.1:8000/v1"),
     _knob("harness_sft_steps", int, 0, "oracle SFT warm-start steps before GRPO (0 skips step 02)",
@@ -135,8 +145,12 @@ KNOBS: tuple[Knob, ...] = (
     _knob("trace_examples_per_obs", int, 24, "labeled actions in a trace task", _int_range(2, 64)),
     _knob("trace_max_iterations", int, 16, "refinements per search (a trace has at most this + 1 nodes)",
           _int_range(0, 1000)),
-    _knob("trace_tasks", int, 1, "number of held-out trace tasks (seeds trace_task_seed, +1, ...)",
-          _int_range(1, 100)),
+    _knob("trace_tasks", int, 1, "held-out trace tasks, each from a different held-out page (seeds from "
+          "trace_task_seed on)", _int_range(1, 100)),
+    _knob("trace_seeds", int, 1, "search seeds per trace task (search_seed, +1, ...): the (task, seed) pairs every "
+          "arm searches", _int_range(1, 64)),
+    _knob("grpo_only_arm", _flag, False, "also train GRPO from the frozen model without SFT and trace it (the "
+          "grpo_only arm)", ((lambda v: isinstance(v, bool)), "0 or 1")),
     _knob("sandbox", str, "auto", "where model code runs: auto (daytona if DAYTONA_API_KEY) | local | daytona",
           _choice("auto", "local", "daytona")),
     _knob("sandbox_timeout_s", float, 2.0, "wall-time limit for one program on one task", _positive()),
@@ -208,7 +222,8 @@ class Config:
 
 def _validate(knob: Knob, raw: Any, source: str) -> Any:
     try:
-        value = knob.type(raw) if isinstance(raw, str) or not isinstance(raw, knob.type) else raw
+        typed = isinstance(knob.type, type) and isinstance(raw, knob.type) and not isinstance(raw, str)
+        value = raw if typed or (knob.type is _flag and isinstance(raw, bool)) else knob.type(raw)
     except (TypeError, ValueError):
         raise ConfigError(f"{source}={raw!r}: expected {knob.rule or knob.type.__name__}") from None
     if not knob.check(value):
@@ -220,7 +235,8 @@ def add_flags(parser: argparse.ArgumentParser, names: Sequence[str] | None = Non
     """Add one flag per knob (all, or `names`) to a script's parser."""
     for knob in KNOBS:
         if names is None or knob.name in names:
-            parser.add_argument(knob.flag, dest=knob.name, default=None, metavar=knob.type.__name__.upper(),
+            parser.add_argument(knob.flag, dest=knob.name, default=None,
+                                metavar="0|1" if knob.type is _flag else knob.type.__name__.upper(),
                                 help=f"{knob.doc} [env {knob.env}, default {knob.default!r}]")
 
 

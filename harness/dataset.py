@@ -163,6 +163,11 @@ def _balanced_draw(examples: list[Example], n: int, rng: random.Random) -> list[
     return chosen
 
 
+def n_pages(split: str, path: str | Path = SNAPSHOT_PATH) -> int:
+    """How many pages the split holds (trace tasks come from distinct pages)."""
+    return len({r["page"] for r in _records_for(split, Path(path))})
+
+
 def max_examples_per_obs(split: str, path: str | Path = SNAPSHOT_PATH) -> tuple[int, int]:
     """(the largest task size some observation of `split` can serve balanced, its largest observation's size)."""
     best, largest = 0, 0

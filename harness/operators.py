@@ -19,6 +19,7 @@ import os
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -26,9 +27,11 @@ from harness.models import ModelError, resolve_model
 from harness.prompts import MAX_FAILURES, build_refine_prompt, build_zero_shot_prompt
 from harness.rules import active_rules, best_rule, compose_program
 
+OPENAI_CONCURRENCY = 16  # requests in flight per round against an OpenAI-compatible endpoint
+
 @dataclass(frozen=True)
 class Generation:
-    """One operator answer: the raw text and what it cost."""
+    """One operator answer: the raw text and what it cost (wall_s: this answer's share of its batch)."""
 
     text: str
     prompt_tokens: int = 0
@@ -36,42 +39,63 @@ class Generation:
     wall_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class Request:
+    """What a search asks for next: a zero-shot harness (code None) or a refinement of `code`."""
+
+    task: Any
+    seed: int
+    code: str | None = None
+    failures: Sequence[Any] = ()
+    attempt: int = 0  # earlier refinements of this same harness (the prompt says so)
+
+
 class Operator:
-    """A mutation operator: a zero-shot harness for a task, or a refinement of a harness."""
+    """A mutation operator: answers a batch of requests (zero-shot harnesses or refinements).
+
+    `answer` is the one entry point; an operator answers its batch at once where it can
+    (one padded generate for hf, one vLLM call, concurrent HTTP requests for openai), so
+    the searches of a run advance in rounds. zero_shot/refine are one-request conveniences.
+    """
 
     name = "operator"
     model = ""
 
-    def zero_shot(self, task: Any, seed: int = 0) -> Generation:
+    def answer(self, requests: Sequence[Request]) -> list[Generation]:
         raise NotImplementedError
 
-    def refine(self, task: Any, code: str, failures: Sequence[Any], seed: int = 0) -> Generation:
-        raise NotImplementedError
+    def zero_shot(self, task: Any, seed: int = 0) -> Generation:
+        return self.answer([Request(task, seed)])[0]
+
+    def refine(self, task: Any, code: str, failures: Sequence[Any], seed: int = 0, attempt: int = 0) -> Generation:
+        return self.answer([Request(task, seed, code, failures, attempt)])[0]
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "model": self.model}
 
 
+def messages_for(request: Request) -> list[dict[str, str]]:
+    """The chat prompt of a request (harness.prompts)."""
+    if request.code is None:
+        return build_zero_shot_prompt(request.task)
+    return build_refine_prompt(request.task, request.code, request.failures, request.attempt)
+
+
 class ChatOperator(Operator):
-    """An LLM operator: both calls go through the shared prompt builder and `complete`."""
+    """An LLM operator: every request becomes chat messages; a batch goes to `complete_batch` at once."""
 
     def __init__(self, max_new_tokens: int = 512, temperature: float = 0.0):
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
 
-    def complete(self, messages: list[dict[str, str]], seed: int) -> Generation:
+    def complete_batch(self, batch: list[list[dict[str, str]]], seeds: list[int]) -> list[Generation]:
         raise NotImplementedError
 
-    def zero_shot(self, task: Any, seed: int = 0) -> Generation:
-        return self._timed(build_zero_shot_prompt(task), seed)
-
-    def refine(self, task: Any, code: str, failures: Sequence[Any], seed: int = 0) -> Generation:
-        return self._timed(build_refine_prompt(task, code, failures), seed)
-
-    def _timed(self, messages: list[dict[str, str]], seed: int) -> Generation:
+    def answer(self, requests: Sequence[Request]) -> list[Generation]:
         start = time.perf_counter()
-        gen = self.complete(messages, seed)
-        return Generation(gen.text, gen.prompt_tokens, gen.completion_tokens, time.perf_counter() - start)
+        gens = self.complete_batch([messages_for(r) for r in requests], [r.seed for r in requests])
+        share = (time.perf_counter() - start) / max(1, len(gens))
+        return [Generation(g.text, g.prompt_tokens, g.completion_tokens, share) for g in gens]
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "model": self.model, "max_new_tokens": self.max_new_tokens,
@@ -93,8 +117,9 @@ def resolve_model_path(name: str) -> str:
 class HFOperator(ChatOperator):
     """transformers AutoModelForCausalLM + the tokenizer's chat template, on CPU or one GPU.
 
-    temperature 0 decodes greedily; otherwise it samples with torch seeded by `seed`, so a
-    node's answer is reproducible on the same hardware and library versions.
+    A batch is one left-padded `generate` call. Temperature 0 decodes greedily; otherwise it
+    samples with torch seeded from the batch's seeds, so a batch's answers are reproducible
+    on the same hardware, library versions and batch.
     """
 
     name = "hf"
@@ -107,24 +132,32 @@ class HFOperator(ChatOperator):
         self.model = model
         path = resolve_model_path(model)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
         self.lm = AutoModelForCausalLM.from_pretrained(path).to(self.device).eval()
 
-    def complete(self, messages: list[dict[str, str]], seed: int) -> Generation:
+    def complete_batch(self, batch: list[list[dict[str, str]]], seeds: list[int]) -> list[Generation]:
         import torch
 
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        inputs = self.tokenizer(text, return_tensors="pt", add_special_tokens=False).to(self.device)
+        texts = [self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in batch]
+        inputs = self.tokenizer(texts, return_tensors="pt", add_special_tokens=False, padding=True).to(self.device)
         sampling = {"do_sample": False}
         if self.temperature > 0:
-            torch.manual_seed(seed)
+            torch.manual_seed(hash(tuple(seeds)) % 2**31)
             sampling = {"do_sample": True, "temperature": self.temperature, "top_p": 1.0, "top_k": 0}
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         with torch.no_grad():
-            out = self.lm.generate(**inputs, max_new_tokens=self.max_new_tokens, pad_token_id=pad, **sampling)
-        n_prompt = inputs["input_ids"].shape[1]
-        new = out[0, n_prompt:]
-        return Generation(self.tokenizer.decode(new, skip_special_tokens=True), int(n_prompt), int(new.shape[0]))
+            out = self.lm.generate(**inputs, max_new_tokens=self.max_new_tokens,
+                                   pad_token_id=self.tokenizer.pad_token_id, **sampling)
+        width = inputs["input_ids"].shape[1]
+        return [Generation(self.tokenizer.decode(row[width:], skip_special_tokens=True), int(prompt.sum()),
+                           self._answer_length(row[width:]))
+                for row, prompt in zip(out, inputs["attention_mask"])]
+
+    def _answer_length(self, new) -> int:
+        """Tokens of one answer up to and with its end-of-turn token (the rest of a padded row is padding)."""
+        ends = (new == self.tokenizer.eos_token_id).nonzero()
+        return int(ends[0, 0]) + 1 if len(ends) else int(new.shape[0])
 
 
 # The engine settings SkyRL's own vLLM servers use (skyrl/backends/skyrl_train/inference_servers/
@@ -157,10 +190,12 @@ class VLLMOperator(ChatOperator):
         return {**super().describe(), "dtype": VLLM_ENGINE_ARGS["dtype"],
                 "generation_config": VLLM_ENGINE_ARGS["generation_config"]}
 
-    def complete(self, messages: list[dict[str, str]], seed: int) -> Generation:
-        params = self._vllm.SamplingParams(max_tokens=self.max_new_tokens, temperature=self.temperature, seed=seed)
-        out = self.llm.chat([messages], params, use_tqdm=False)[0]
-        return Generation(out.outputs[0].text, len(out.prompt_token_ids or []), len(out.outputs[0].token_ids))
+    def complete_batch(self, batch: list[list[dict[str, str]]], seeds: list[int]) -> list[Generation]:
+        params = [self._vllm.SamplingParams(max_tokens=self.max_new_tokens, temperature=self.temperature, seed=seed)
+                  for seed in seeds]
+        outs = self.llm.chat(batch, params, use_tqdm=False)  # one call: vLLM batches the whole round
+        return [Generation(o.outputs[0].text, len(o.prompt_token_ids or []), len(o.outputs[0].token_ids))
+                for o in outs]
 
 
 class OpenAIOperator(ChatOperator):
@@ -201,6 +236,11 @@ class OpenAIOperator(ChatOperator):
         text = (data.get("choices") or [{}])[0].get("message", {}).get("content") or ""
         return Generation(text, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
 
+    def complete_batch(self, batch: list[list[dict[str, str]]], seeds: list[int]) -> list[Generation]:
+        """The batch's requests concurrently (a server such as `vllm serve` batches them itself)."""
+        with ThreadPoolExecutor(max_workers=min(OPENAI_CONCURRENCY, max(1, len(batch)))) as pool:
+            return list(pool.map(self.complete, batch, seeds))
+
 
 class DeterministicOperator(Operator):
     """Rule-based edits from a library of checks; no model.
@@ -214,13 +254,15 @@ class DeterministicOperator(Operator):
     name = "deterministic"
     model = "rule-library"
 
-    def zero_shot(self, task: Any, seed: int = 0) -> Generation:
-        return Generation(_fence(compose_program([])))
+    def answer(self, requests: Sequence[Request]) -> list[Generation]:
+        return [self._one(r) for r in requests]
 
-    def refine(self, task: Any, code: str, failures: Sequence[Any], seed: int = 0) -> Generation:
+    def _one(self, request: Request) -> Generation:
         start = time.perf_counter()
-        active = active_rules(code)
-        rule = best_rule(active, list(failures)[:MAX_FAILURES])
+        if request.code is None:
+            return Generation(_fence(compose_program([])), wall_s=time.perf_counter() - start)
+        active = active_rules(request.code)
+        rule = best_rule(active, list(request.failures)[:MAX_FAILURES])
         return Generation(_fence(compose_program(active + ([rule] if rule else []))),
                           wall_s=time.perf_counter() - start)
 

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from harness.config import BY_NAME, KNOBS, Config, ConfigError, add_flags, load_config, load_config_or_exit
-from harness.dataset import max_examples_per_obs
+from harness.dataset import max_examples_per_obs, n_pages
 from harness.exports import newest_export
 from harness.files import REPO_ROOT, WORK_DIR, atomic_write_bytes, atomic_write_json
 from harness.hparams import hparams_record
@@ -147,7 +147,12 @@ def _knob_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
 
 
 def check_task_sizes(cfg: Config) -> None:
-    """Task sizes the snapshot can serve, checked before anything starts (a model loads, a folder appears)."""
+    """Task sizes and counts the snapshot can serve, checked before anything starts (a model loads, a folder
+    appears)."""
+    pages = n_pages("heldout")
+    if cfg.trace_tasks > pages:
+        raise ConfigError(f"W8_TRACE_TASKS={cfg.trace_tasks}: the held-out split has {pages} pages and each trace "
+                          "task needs its own")
     for name, split in (("trace_examples_per_obs", "heldout"), ("train_examples_per_obs", "train")):
         n = getattr(cfg, name)
         serviceable, largest = max_examples_per_obs(split)
@@ -181,6 +186,11 @@ def open_run(cfg: Config, root: Path | None = None) -> Path:
 
 def load_run_config(run_dir: Path) -> dict[str, Any]:
     return json.loads((Path(run_dir) / "run_config.json").read_text())
+
+
+def config_of_run(run_dir: Path) -> Config:
+    """The knobs a run folder was started with (what a step run in a subprocess must use)."""
+    return Config(dict(load_run_config(run_dir)["knobs"]))
 
 
 def record_sandbox(run_dir: Path, step: str, provenance: dict[str, Any]) -> None:

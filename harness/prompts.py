@@ -120,9 +120,13 @@ def build_zero_shot_prompt(task: Any, n_examples: int = N_PROMPT_EXAMPLES) -> li
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]
 
 
-def build_refine_prompt(task: Any, code: str, failures: Sequence[Any],
+def build_refine_prompt(task: Any, code: str, failures: Sequence[Any], attempt: int = 0,
                         max_failures: int = MAX_FAILURES) -> list[dict[str, str]]:
-    """Chat messages asking to fix `code` given up to `max_failures` failing examples."""
+    """Chat messages asking to fix `code` given up to `max_failures` failing examples.
+
+    `attempt` counts the earlier refinements of this same harness: the search shows each
+    attempt another window of its failures and says so, so no prompt is asked twice.
+    """
     lines = [f"Page: {task.page}. Goal of the page: {task.goal}".rstrip(), "", "Current harness:",
              "```python", (code or "").strip() or "# (no code was found in the previous answer)", "```", "",
              "It is wrong on these actions:"]
@@ -134,5 +138,8 @@ def build_refine_prompt(task: Any, code: str, failures: Sequence[Any],
             lines.append(f"   browser error: {f.error.splitlines()[0][:160]}")
         if f.harness_error:
             lines.append(f"   harness error: {f.harness_error.splitlines()[0][:160]}")
+    if attempt:
+        lines += ["", f"This harness was already refined {attempt} time(s) without reaching the goal: "
+                      "try a different fix."]
     lines += ["", "Return the complete corrected program."]
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "\n".join(lines)}]

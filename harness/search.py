@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -38,7 +40,7 @@ from typing import Any, Callable, Sequence
 from harness.config import add_flags, load_config_or_exit
 from harness.dataset import DatasetError, Example, heldout_examples, make_task
 from harness.files import WORK_DIR, atomic_write_json
-from harness.operators import Operator, OperatorError, operator_from_config
+from harness.operators import Generation, Operator, OperatorError, Request, operator_from_config
 from harness.prompts import MAX_FAILURES
 from harness.rewards import Failure, RewardKnobs, Score, score_harness, score_with
 
@@ -88,7 +90,8 @@ class Node:
     code: str
     heldout_accuracy: float | None = None  # gold nodes only: accuracy on other held-out observations
     n_wrong: int = 0
-    failures: list[dict[str, Any]] = field(default_factory=list)  # the ones shown when this node is refined
+    failures: list[dict[str, Any]] = field(default_factory=list)  # what a refinement of this node may be shown
+    shown: list[int] = field(default_factory=list)  # example indexes of the parent's failures this node was asked with
     prompt_tokens: int = 0
     completion_tokens: int = 0
     wall_s: float = 0.0
@@ -156,29 +159,38 @@ def without_timing(trace: dict[str, Any]) -> dict[str, Any]:
 
 # ---- failures shown to the operator ----------------------------------------------------
 
-def select_failures(failures: Sequence[Failure], k: int = MAX_FAILURES) -> list[Failure]:
+def select_failures(failures: Sequence[Failure], k: int = MAX_FAILURES, attempt: int = 0) -> list[Failure]:
     """Up to k failures, round-robin over (expected label, action type) groups in first-seen order.
 
     So five shown failures cover several kinds of mistake rather than five of one kind.
+    `attempt` (earlier refinements of the same node) slides the window along that order, so a
+    node refined again shows other failures when it has more than k.
     """
     groups: dict[tuple[bool, str], list[Failure]] = {}
     for f in failures:
         groups.setdefault((f.expected, f.action_type), []).append(f)
-    out: list[Failure] = []
-    while len(out) < k and any(groups.values()):
+    order: list[Failure] = []
+    while any(groups.values()):
         for group in groups.values():
-            if group and len(out) < k:
-                out.append(group.pop(0))
-    return sorted(out, key=lambda f: f.index)
+            if group:
+                order.append(group.pop(0))
+    if len(order) > k:
+        start = (attempt * k) % len(order)
+        order = (order[start:] + order[:start])[:k]
+    return sorted(order, key=lambda f: f.index)
 
 
-def failures_to_show(score: Score, examples: Sequence[Example]) -> list[Failure]:
-    """The failures a refinement sees: wrong examples, or for an invalid program examples + the reason."""
+def failure_candidates(score: Score, examples: Sequence[Example]) -> list[Failure]:
+    """What a refinement may be shown: the wrong examples, or for an invalid program every example + the reason."""
     if score.valid:
-        return select_failures(score.failures)
-    every = [Failure(i, e.state, e.action, e.legal, None, e.error, score.reason, e.action_type, e.dom_changed)
-             for i, e in enumerate(examples)]
-    return select_failures(every)
+        return list(score.failures)
+    return [Failure(i, e.state, e.action, e.legal, None, e.error, score.reason, e.action_type, e.dom_changed)
+            for i, e in enumerate(examples)]
+
+
+def failures_to_show(score: Score, examples: Sequence[Example], attempt: int = 0) -> list[Failure]:
+    """The failures a refinement sees (at most MAX_FAILURES, see select_failures)."""
+    return select_failures(failure_candidates(score, examples), attempt=attempt)
 
 
 def _failure_record(f: Failure) -> dict[str, Any]:
@@ -192,7 +204,7 @@ def _failure_from_record(record: dict[str, Any], examples: Sequence[Example]) ->
                    e.action_type, e.dom_changed)
 
 
-# ---- the search ---------------------------------------------------------------------
+# ---- one search, step by step -------------------------------------------------------
 
 def task_record(task: Any) -> dict[str, Any]:
     """The task identity a trace carries (ids, examples hash, class counts)."""
@@ -224,22 +236,6 @@ def heldout_accuracy(code: str, heldout: HeldOut, reward: RewardKnobs) -> float 
     return score_harness(code, list(heldout), reward.recall_weight, reward.timeout_s, sandbox=reward.sandbox).accuracy
 
 
-def _make_node(index: int, parent: int | None, text: str, gen_cost: tuple[int, int, float], task: Any,
-               reward: RewardKnobs, heldout: HeldOut) -> Node:
-    start = time.perf_counter()
-    code, score, gold = score_with(text, task.examples, reward)
-    held = heldout_accuracy(code, heldout, reward) if gold else None
-    score_wall = time.perf_counter() - start
-    shown = failures_to_show(score, task.examples)
-    prompt_tokens, completion_tokens, op_wall = gen_cost
-    return Node(index=index, parent=parent, reward=score.reward, balanced_accuracy=score.balanced_accuracy,
-                accuracy=score.accuracy, effective_recall=score.effective_recall, valid=score.valid,
-                reason=score.reason, gold=gold, code=code, heldout_accuracy=held, n_wrong=score.n_wrong,
-                failures=[_failure_record(f) for f in shown], prompt_tokens=prompt_tokens,
-                completion_tokens=completion_tokens, wall_s=op_wall + score_wall, operator_wall_s=op_wall,
-                score_wall_s=score_wall)
-
-
 def progress_line(node: Node) -> str:
     parent = "-" if node.parent is None else str(node.parent)
     tail = "" if node.valid else f"  invalid: {node.reason[:80]}"
@@ -247,6 +243,107 @@ def progress_line(node: Node) -> str:
     return (f"node {node.index:>3} parent {parent:>3} reward {node.reward:.3f} ba {node.balanced_accuracy:.3f} "
             f"gold {'YES' if node.gold else 'no'}{held} ({node.wall_s:.2f}s, "
             f"{node.prompt_tokens + node.completion_tokens} tok){tail}")
+
+
+@dataclass
+class SearchSpec:
+    """One search of a batch: its task, knobs (the seed among them), held-out check and state file."""
+
+    task: Any
+    knobs: SearchKnobs
+    heldout: HeldOut = None
+    state_path: str | Path | None = None
+    label: str = ""  # prefixes its progress lines (e.g. "task <id> seed <s>")
+
+
+class Search:
+    """One search's state: `ask` says what the operator must answer next, `score` and `add` take the answer.
+
+    Thompson sampling happens in `ask` with the search's own seeded RNG, whose state is saved
+    with every node, so a killed search resumes where it stopped and asks the same question.
+    """
+
+    def __init__(self, spec: SearchSpec, operator: Operator, progress: Callable[[str], None] | None):
+        self.spec, self.progress = spec, progress
+        self.trace = Trace(task_record(spec.task), spec.knobs.record(), operator.describe())
+        self.rng = random.Random(spec.knobs.seed)
+        self.counts: list[int] = []
+        self.parent: int | None = None
+        self.shown: list[int] = []
+        if spec.state_path and Path(spec.state_path).exists():
+            self.counts = _resume(Path(spec.state_path), self.trace, self.rng)
+            self._say(f"resumed {spec.state_path}: {len(self.trace.nodes)} node(s) done")
+        self.started = time.perf_counter() - self.trace.wall_s
+
+    @property
+    def finished(self) -> bool:
+        return self.trace.finished
+
+    def ask(self) -> Request:
+        """The next request: node 0's zero-shot prompt, or a refinement of the Thompson-picked node."""
+        task, index = self.spec.task, len(self.trace.nodes)
+        seed = node_seed(self.spec.knobs.seed, index)
+        if index == 0:
+            self.parent, self.shown = None, []
+            return Request(task, seed)
+        self.parent = thompson_pick(self.trace.nodes, self.counts, self.spec.knobs.c, self.rng)
+        node = self.trace.nodes[self.parent]
+        # earlier refinements of this same program, from any node that holds it: a model that keeps
+        # answering one wrong program is shown other failures each time, and never the same prompt
+        attempt = sum(1 for n in self.trace.nodes if n.parent is not None and self.trace.nodes[n.parent].code == node.code)
+        candidates = [_failure_from_record(r, task.examples) for r in node.failures]
+        shown = select_failures(candidates, attempt=attempt)
+        self.shown = [f.index for f in shown]
+        return Request(task, seed, node.code, shown, attempt)
+
+    def score(self, gen: Generation) -> Node:
+        """The answer scored in the sandbox as the next node (thread-safe: touches no search state)."""
+        start = time.perf_counter()
+        task, reward = self.spec.task, self.spec.knobs.reward
+        code, score, gold = score_with(gen.text, task.examples, reward)
+        held = heldout_accuracy(code, self.spec.heldout, reward) if gold else None
+        score_wall = time.perf_counter() - start
+        return Node(index=len(self.trace.nodes), parent=self.parent, reward=score.reward,
+                    balanced_accuracy=score.balanced_accuracy, accuracy=score.accuracy,
+                    effective_recall=score.effective_recall, valid=score.valid, reason=score.reason, gold=gold,
+                    code=code, heldout_accuracy=held, n_wrong=score.n_wrong,
+                    failures=[_failure_record(f) for f in failure_candidates(score, task.examples)],
+                    shown=list(self.shown), prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
+                    wall_s=gen.wall_s + score_wall, operator_wall_s=gen.wall_s, score_wall_s=score_wall)
+
+    def add(self, node: Node) -> None:
+        """Append the node, count the refinement, save the state, report a line."""
+        self.trace.nodes.append(node)
+        self.counts.append(0)
+        if node.parent is not None:
+            self.counts[node.parent] += 1
+        self.trace.wall_s = time.perf_counter() - self.started
+        if self.spec.state_path:
+            save_state(Path(self.spec.state_path), self.trace, self.counts, self.rng)
+        self._say(progress_line(node))
+
+    def _say(self, line: str) -> None:
+        if self.progress:
+            self.progress(f"{self.spec.label} {line}".strip())
+
+
+def run_searches(specs: Sequence[SearchSpec], operator: Operator,
+                 progress: Callable[[str], None] | None = print) -> list[Trace]:
+    """Run (or resume) several searches with one operator, in rounds; returns their traces in order.
+
+    Each round asks the operator for every unfinished search's next program at once (one
+    batch: harness.operators.Operator.answer) and scores the answers in parallel in the
+    sandbox, one worker per core. A search's state is saved after each of its nodes, so a
+    killed round resumes: finished nodes are kept, the round's missing ones are asked again.
+    """
+    searches = [Search(spec, operator, progress) for spec in specs]
+    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+        while pending := [s for s in searches if not s.finished]:
+            gens = operator.answer([s.ask() for s in pending])
+            nodes = list(pool.map(lambda pair: pair[0].score(pair[1]), zip(pending, gens)))
+            for search, node in zip(pending, nodes):
+                search.add(node)
+    return [s.trace for s in searches]
 
 
 def run_search(task: Any, operator: Operator, knobs: SearchKnobs, heldout: HeldOut = None,
@@ -257,35 +354,7 @@ def run_search(task: Any, operator: Operator, knobs: SearchKnobs, heldout: HeldO
     for gold nodes only. state_path: where the state is saved after every node; an
     existing file is resumed if it matches this task, operator and knobs.
     """
-    trace = Trace(task_record(task), knobs.record(), operator.describe())
-    seed, c = knobs.seed, knobs.c
-    rng = random.Random(seed)
-    counts: list[int] = []
-    if state_path and Path(state_path).exists():
-        counts = _resume(Path(state_path), trace, rng)
-        if progress and trace.nodes:
-            progress(f"resumed {state_path}: {len(trace.nodes)} node(s) done")
-    start = time.perf_counter() - trace.wall_s
-    while not trace.finished:
-        index = len(trace.nodes)
-        if index == 0:
-            parent, gen = None, operator.zero_shot(task, seed=node_seed(seed, 0))
-        else:
-            parent = thompson_pick(trace.nodes, counts, c, rng)
-            shown = [_failure_from_record(r, task.examples) for r in trace.nodes[parent].failures]
-            gen = operator.refine(task, trace.nodes[parent].code, shown, seed=node_seed(seed, index))
-        node = _make_node(index, parent, gen.text, (gen.prompt_tokens, gen.completion_tokens, gen.wall_s),
-                          task, knobs.reward, heldout)
-        trace.nodes.append(node)
-        counts.append(0)
-        if parent is not None:
-            counts[parent] += 1
-        trace.wall_s = time.perf_counter() - start
-        if state_path:
-            save_state(Path(state_path), trace, counts, rng)
-        if progress:
-            progress(progress_line(node))
-    return trace
+    return run_searches([SearchSpec(task, knobs, heldout, state_path)], operator, progress)[0]
 
 
 # ---- state files --------------------------------------------------------------------

@@ -339,7 +339,7 @@ class Rendered:
 
 
 def render_all(cfg: Any, model: str, run_dir: str | Path, data_dir: str | Path,
-               lengths: Lengths | None = None) -> Rendered:
+               lengths: Lengths | None = None, grpo_name: str = "grpo") -> Rendered:
     """Rows (built if needed), plan, token budget check and both override lists for cfg's knobs.
 
     SkyRLConfigError in one line when the plan, the budget or the data cannot work.
@@ -349,8 +349,9 @@ def render_all(cfg: Any, model: str, run_dir: str | Path, data_dir: str | Path,
     lengths = lengths or measure_lengths(model, data)
     check_budget(cfg.operator_max_new_tokens, lengths)
     run_name = Path(run_dir).name or "w8-biayn-r3"
-    grpo = render_grpo(model, plan, data, lengths, paths_for(cfg, run_dir, "grpo"), cfg.grpo_epochs,
-                       cfg.operator_max_new_tokens, cfg.grpo_max_steps, run_name)
+    grpo = render_grpo(model, plan, data, lengths, paths_for(cfg, run_dir, grpo_name), cfg.grpo_epochs,
+                       cfg.operator_max_new_tokens, cfg.grpo_max_steps, run_name if grpo_name == "grpo" else
+                       f"{run_name}-{grpo_name}")
     sft = render_sft(model, plan, data, lengths, paths_for(cfg, run_dir, "sft"), max(1, cfg.harness_sft_steps),
                      run_name + "-sft")
     return Rendered(grpo, sft, plan, lengths, data)

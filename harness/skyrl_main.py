@@ -314,14 +314,15 @@ def train_skyrl(cfg, run_dir: Path, kind: str, model: str) -> dict:
     """Render and save the overrides (<run>/skyrl_<kind>_overrides.txt), run SkyRL, fetch the export from the
     bucket if there is one, summarise the metrics; returns what the step records."""
 
-    rendered = render_all(cfg, model, run_dir, data_dir=run_dir / "data")
-    overrides = rendered.grpo if kind == "grpo" else rendered.sft
+    entry = "sft" if kind == "sft" else "grpo"  # grpo_only: the GRPO entrypoint into its own folder
+    rendered = render_all(cfg, model, run_dir, data_dir=run_dir / "data", grpo_name=kind if entry == "grpo" else "grpo")
+    overrides = rendered.grpo if entry == "grpo" else rendered.sft
     validate_overrides(rendered.grpo, rendered.sft, rendered.lengths, cfg.operator_max_new_tokens)
     write_overrides(run_dir / f"skyrl_{kind}_overrides.txt", overrides)
     out_dir = run_dir / kind
     metrics_path = out_dir / "metrics.jsonl"
     start = time.monotonic()
-    run_entrypoint(kind, overrides, out_dir / f"skyrl_{kind}.log", metrics_path)
+    run_entrypoint(entry, overrides, out_dir / f"skyrl_{kind}.log", metrics_path)
     export = paths_for(cfg, run_dir, kind).export
     if "://" in export:
         fetch_newest_export(export, out_dir)

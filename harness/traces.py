@@ -1,31 +1,110 @@
-"""The traces of a run: which held-out tasks, one search per task with an arm's model, trace files.
+"""The traces of a run: which held-out tasks and search seeds, one batch of searches per arm, trace files.
 
-    from harness.traces import run_trace_searches, write_traces, load_traces
-    traces = run_trace_searches(cfg, run_dir, "frozen")      # cfg.harness_model is the arm's model
+    from harness.traces import run_arm, write_traces, load_traces
+    traces = run_arm(cfg, run_dir, "frozen")            # cfg.harness_model is the arm's model
     write_traces(run_dir / "frozen_trace.json", "frozen", model, traces)
 
-Step 01 runs the frozen model's searches, step 04 the trained model's, with the same
-knobs, tasks and decoding; step 05 compares them (harness.compare). Each search saves its
-state under <run>/search/ after every node, so a killed step resumes mid-search.
+An arm is one model searched on every (task, seed) pair of the run: `frozen` (the model as
+shipped, step 01), `sft` (the oracle SFT warm-start alone), `trained` (SFT + GRPO) and, opt-in,
+`grpo_only` (GRPO from the frozen model), steps 04. Every arm gets the same tasks (each from
+a different held-out page), the same search seeds, knobs and decoding; only the model
+differs, so step 05 can pair them. An arm's searches advance together in rounds
+(harness.search.run_searches: one operator batch per round); each saves its state under
+<run>/search/ after every node, so a killed step resumes mid-round.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from harness.config import Config
-from harness.dataset import DatasetError, heldout_examples, make_task
+from harness.dataset import DatasetError, Task, heldout_examples, make_task, n_pages
 from harness.files import atomic_write_json, shown_path
 from harness.operators import OperatorError, operator_from_config
-from harness.pipeline import StepError
-from harness.search import SearchKnobs, SearchStateError, run_search
+from harness.pipeline import StepError, config_of_run
+from harness.sandbox import sandbox_provenance
+from harness.search import SearchKnobs, SearchSpec, SearchStateError, run_searches
+
+ARMS = ("frozen", "sft", "trained", "grpo_only")
+TASK_SEED_TRIES = 1000  # seeds tried from trace_task_seed on to find the tasks' distinct pages
 
 
-def write_traces(path: Path, role: str, model: str, traces: list[dict[str, Any]]) -> Path:
-    """frozen_trace.json / trained_trace.json: {"role", "model", "traces": [one trace per task]}."""
-    return atomic_write_json(path, {"role": role, "model": model, "traces": traces})
+def arm_file(arm: str) -> str:
+    return f"{arm}_trace.json"
+
+
+def trace_tasks(cfg: Config) -> list[Task]:
+    """W8_TRACE_TASKS held-out tasks from distinct pages: seeds trace_task_seed, +1, ... skipping a page seen."""
+    pages = n_pages("heldout")
+    if cfg.trace_tasks > pages:
+        raise DatasetError(f"W8_TRACE_TASKS={cfg.trace_tasks}: the held-out split has {pages} pages and no page "
+                           "serves two tasks")
+    tasks: list[Task] = []
+    for seed in range(cfg.trace_task_seed, cfg.trace_task_seed + TASK_SEED_TRIES):
+        task = make_task("heldout", seed, cfg.trace_examples_per_obs)
+        if task.page not in {t.page for t in tasks}:
+            tasks.append(task)
+        if len(tasks) == cfg.trace_tasks:
+            return tasks
+    raise DatasetError(f"W8_TRACE_TASKS={cfg.trace_tasks}: only {len(tasks)} distinct pages serve "
+                       f"{cfg.trace_examples_per_obs} balanced examples")
+
+
+def trace_seeds(cfg: Config) -> list[int]:
+    """The search seeds of every task: search_seed, +1, ... (W8_TRACE_SEEDS of them)."""
+    return [cfg.search_seed + j for j in range(cfg.trace_seeds)]
+
+
+def search_specs(cfg: Config, run_dir: Path, arm: str) -> list[SearchSpec]:
+    """One search per (task, seed) pair, with its state file and held-out check."""
+    knobs = SearchKnobs.from_config(cfg)
+    specs = []
+    for task in trace_tasks(cfg):
+        heldout = heldout_examples(task.obs_id)
+        slug = task.task_id.replace("/", "_")
+        for seed in trace_seeds(cfg):
+            specs.append(SearchSpec(task, SearchKnobs(knobs.max_iterations, knobs.c, seed, knobs.reward), heldout,
+                                    run_dir / "search" / f"{arm}-{slug}-s{seed}.state.json",
+                                    label=f"{arm} {task.task_id} s{seed}"))
+    return specs
+
+
+def run_arm(cfg: Config, run_dir: Path, arm: str, say: Callable[..., None] = print) -> list[dict[str, Any]]:
+    """Every (task, seed) search of one arm, batched, with the operator the knobs describe (model =
+    cfg.harness_model). Prints live `steps_to_gold <arm> ...` lines; StepError in one line."""
+    try:
+        specs = search_specs(cfg, run_dir, arm)
+        operator = operator_from_config(cfg)
+    except (DatasetError, OperatorError) as err:
+        raise StepError(f"{arm}: {err}") from None
+    say(f"steps_to_gold {arm}: {len(specs)} searches ({cfg.trace_tasks} task(s) x {cfg.trace_seeds} seed(s)), "
+        f"budget {cfg.trace_max_iterations}, operator {operator.name} at temperature "
+        f"{getattr(operator, 'temperature', '-')}", flush=True)
+    try:
+        traces = run_searches(specs, operator, progress=lambda line: say(f"steps_to_gold {line}", flush=True))
+    except SearchStateError as err:
+        raise StepError(str(err)) from None
+    out = []
+    for trace in traces:
+        data = trace.to_trace()
+        data["operator"]["model"] = shown_path(data["operator"].get("model", ""), run_dir)
+        out.append(data)
+    return out
+
+
+def trace_arm_to_file(cfg: Config, run_dir: Path, arm: str, model: str, say: Callable[..., None] = print) -> Path:
+    """An arm's searches with `model`, written to <run>/<arm>_trace.json (the model recorded run-relative,
+    with the sandbox that ran the arm's programs)."""
+    traces = run_arm(cfg.replace(harness_model=model), run_dir, arm, say)
+    return write_traces(Path(run_dir) / arm_file(arm), arm, shown_path(model, run_dir), traces, sandbox_provenance())
+
+
+def write_traces(path: Path, role: str, model: str, traces: list[dict[str, Any]],
+                 sandbox: dict[str, Any] | None = None) -> Path:
+    """<arm>_trace.json: {"role": arm, "model", "sandbox", "traces": [one trace per (task, seed)]}."""
+    return atomic_write_json(path, {"role": role, "model": model, "sandbox": sandbox, "traces": traces})
 
 
 def load_traces(path: Path) -> list[dict[str, Any]]:
@@ -34,46 +113,32 @@ def load_traces(path: Path) -> list[dict[str, Any]]:
     return data["traces"] if "traces" in data else [data]
 
 
-def trace_seeds(cfg: Config) -> list[int]:
-    return [cfg.trace_task_seed + i for i in range(cfg.trace_tasks)]
-
-
-def run_trace_searches(cfg: Config, run_dir: Path, role: str, say=print) -> list[dict[str, Any]]:
-    """One search per held-out trace task with the operator the knobs describe (model = cfg.harness_model).
-
-    Each search saves its state under search/ after every node, so a killed step resumes mid-search.
-    Prints live `steps_to_gold <role> ...` lines.
-    """
-    try:
-        operator = operator_from_config(cfg)
-    except OperatorError as err:
-        raise StepError(f"operator: {err}") from None
-    knobs = SearchKnobs.from_config(cfg)
-    traces = []
-    for seed in trace_seeds(cfg):
-        try:
-            task = make_task("heldout", seed, cfg.trace_examples_per_obs)
-            heldout = heldout_examples(task.obs_id)
-        except DatasetError as err:
-            raise StepError(f"trace task seed {seed}: {err}") from None
-        say(f"steps_to_gold {role} task {task.task_id}: searching (budget {cfg.trace_max_iterations})", flush=True)
-        try:
-            trace = run_search(task, operator, knobs, heldout,
-                               state_path=run_dir / "search" / f"{role}-seed{seed}.state.json",
-                               progress=lambda line: say(f"steps_to_gold {role} {line}", flush=True))
-        except SearchStateError as err:
-            raise StepError(str(err)) from None
-        data = trace.to_trace()
-        data["operator"]["model"] = shown_path(data["operator"].get("model", ""), run_dir)
-        steps = data["steps_to_first_gold"]
-        say(f"steps_to_gold {role} task {task.task_id} = {steps if steps is not None else 'not reached'} "
-            f"({data['n_nodes']} nodes, best balanced accuracy {data['best_balanced_accuracy']:.3f})", flush=True)
-        traces.append(data)
-    return traces
-
-
 def steps_summary(traces: list[dict[str, Any]]) -> str:
-    parts = [f"{t['task']['task_id']}: {t['steps_to_first_gold'] if t['steps_to_first_gold'] is not None else '-'}"
-             f"/{t['knobs']['max_iterations'] + 1}" for t in traces]
     gold = sum(t["steps_to_first_gold"] is not None for t in traces)
-    return f"gold reached on {gold}/{len(traces)} task(s); steps_to_gold {'; '.join(parts)}"
+    steps = [t["steps_to_first_gold"] if t["steps_to_first_gold"] is not None else t["knobs"]["max_iterations"] + 1
+             for t in traces]
+    return (f"gold reached in {gold}/{len(traces)} searches; mean steps_to_gold {sum(steps) / len(steps):.2f} "
+            f"(not reached counts {traces[0]['knobs']['max_iterations'] + 1})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.traces RUN_DIR ARM MODEL`: one arm's searches with the run's own knobs (step 04 runs
+    each arm in its own process, so a GPU holds one arm's vLLM engine at a time)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 3 or args[1] not in ARMS:
+        print(f"usage: python -m harness.traces RUN_DIR {{{'|'.join(ARMS)}}} MODEL", file=sys.stderr)
+        return 2
+    run_dir = Path(args[0])
+    try:
+        path = trace_arm_to_file(config_of_run(run_dir), run_dir, args[1], args[2])
+    except StepError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"{args[1]}: {steps_summary(load_traces(path))} -> {path.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

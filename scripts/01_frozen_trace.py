@@ -1,13 +1,16 @@
-"""Step 01: search with the frozen operator model on the held-out trace task(s).
+"""Step 01: the frozen arm: the operator model as shipped searches every (task, seed) pair of the run.
 
     python scripts/01_frozen_trace.py                                   # knobs from W8_* env vars
-    W8_RUN_ID=demo python scripts/01_frozen_trace.py --trace-max-iterations 4
+    W8_RUN_ID=demo python scripts/01_frozen_trace.py --trace-tasks 3 --trace-seeds 2
     # tiny CPU variant (seconds, no model): --operator deterministic --trace-max-iterations 2
 
-Writes <run>/frozen_trace.json ({"role": "frozen", "model", "traces": [...]}), one trace per
-task (seeds W8_TRACE_TASK_SEED, +1, ...). Prints a live `steps_to_gold frozen ...` line per
-node. The search state is saved after every node, so a killed step resumes mid-search.
-Ends with one line: gold reached on k/n task(s) and each task's steps_to_gold/budget.
+W8_TRACE_TASKS held-out tasks, each from a different held-out page, times W8_TRACE_SEEDS
+search seeds: the same pairs every later arm searches (harness.traces). The searches
+advance together in rounds (one operator batch per round, answers scored in parallel).
+Writes <run>/frozen_trace.json ({"role": "frozen", "model", "traces": [...]}) and prints a
+live `steps_to_gold frozen ...` line per node. Each search's state is saved after every
+node, so a killed step resumes mid-round. Ends with one line: gold reached in k/n searches
+and the mean steps_to_gold.
 """
 
 from __future__ import annotations
@@ -18,16 +21,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.pipeline import StepResult, run_step  # noqa: E402
-from harness.traces import run_trace_searches, steps_summary, write_traces  # noqa: E402
 from harness.sandbox import sandbox_provenance  # noqa: E402
+from harness.traces import load_traces, steps_summary, trace_arm_to_file  # noqa: E402
 
 STEP = "01_frozen_trace"
 
 
 def body(cfg, run_dir: Path, args) -> StepResult:
-    traces = run_trace_searches(cfg, run_dir, "frozen")
-    write_traces(run_dir / "frozen_trace.json", "frozen", cfg.harness_model, traces)
-    return StepResult(["frozen_trace.json"], steps_summary(traces), extra={"sandbox": sandbox_provenance()})
+    path = trace_arm_to_file(cfg, run_dir, "frozen", cfg.harness_model)
+    return StepResult([path.name], steps_summary(load_traces(path)), extra={"sandbox": sandbox_provenance()})
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@
     W8_RUN_ID=demo W8_TRAIN_COUNT=4 W8_GRPO_EPOCHS=1 python scripts/03_grpo.py   # tiny CPU variant
     W8_BACKEND=skyrl python scripts/03_grpo.py                  # GPU node: harness.skyrl_main grpo (Ray, vLLM, FSDP)
 
-Starts from step 02's newest export when SFT ran, else from W8_HARNESS_MODEL. The reward is
+Starts from step 02's newest export when SFT ran, else from W8_HARNESS_MODEL; with
+W8_GRPO_ONLY_ARM=1 (and SFT) it also trains GRPO from W8_HARNESS_MODEL into <run>/grpo_only,
+the grpo_only arm that separates what GRPO does without the warm-start. The reward is
 HarnessLegalityEnv.step (harness/env.py) on train tasks only: the composite reward of the
 answer's harness on the task's labeled actions, the same path on CPU and on the GPU node.
 Writes <run>/grpo/global_step_N/policy (step 04 searches with the newest) and
@@ -36,7 +38,7 @@ def start_model(cfg, run_dir: Path) -> str:
     return str(sft) if sft is not None else cfg.harness_model
 
 
-def train_local(cfg, model: str, run_dir: Path) -> dict:
+def train_local(cfg, model: str, run_dir: Path, name: str) -> dict:
     from harness.train_local import grpo_steps, train_grpo  # TRL: imported only on the local backend
 
     try:
@@ -44,27 +46,42 @@ def train_local(cfg, model: str, run_dir: Path) -> dict:
     except ModelError as err:
         raise StepError(str(err)) from None
     # completions get the operator's token budget: what GRPO trains to write fits what the search lets it write
-    train_grpo(path, run_dir / "grpo", training_data_for(cfg, run_dir / "data"),
+    train_grpo(path, run_dir / name, training_data_for(cfg, run_dir / "data"),
                grpo_steps(cfg.train_count, cfg.grpo_epochs, cfg.grpo_max_steps), cfg.operator_max_new_tokens, LOCAL)
     return {"sandbox": sandbox_provenance()}
 
 
-def train_skyrl(cfg, model: str, run_dir: Path) -> dict:
+def train_skyrl(cfg, model: str, run_dir: Path, name: str) -> dict:
     from harness.skyrl_config import SkyRLConfigError
     from harness.skyrl_main import SkyRLRunError, train_skyrl
 
     try:
-        return train_skyrl(cfg, run_dir, "grpo", model)
+        return train_skyrl(cfg, run_dir, name, model)
     except (SkyRLConfigError, SkyRLRunError) as err:
         raise StepError(str(err)) from None
 
 
+def trainings(cfg, run_dir: Path) -> list[tuple[str, str]]:
+    """(output folder, start model): grpo from the SFT export (or the base model without SFT), and grpo_only
+    from the base model when W8_GRPO_ONLY_ARM=1 and SFT ran (without SFT the two would be the same run)."""
+    sft = newest_export(run_dir / "sft")
+    runs = [("grpo", str(sft) if sft is not None else cfg.harness_model)]
+    if cfg.grpo_only_arm and sft is not None:
+        runs.append(("grpo_only", cfg.harness_model))
+    return runs
+
+
 def body(cfg, run_dir: Path, args) -> StepResult:
-    model = start_model(cfg, run_dir)
-    print(f"[{STEP}] start model: {model}", flush=True)
-    start = time.monotonic()
-    extra = (train_local if cfg.backend == "local" else train_skyrl)(cfg, model, run_dir)
-    return finish_training(run_dir, run_dir / "grpo", "grpo", time.monotonic() - start, extra)
+    outputs, summaries, extra = [], [], {}
+    for name, model in trainings(cfg, run_dir):
+        print(f"[{STEP}] {name}: start model {model}", flush=True)
+        start = time.monotonic()
+        info = (train_local if cfg.backend == "local" else train_skyrl)(cfg, model, run_dir, name)
+        result = finish_training(run_dir, run_dir / name, name, time.monotonic() - start, info)
+        outputs += result.outputs
+        summaries.append(result.summary)
+        extra = extra or result.extra  # the main (grpo) training's sandbox and plan go to the marker
+    return StepResult(outputs, "; ".join(summaries), extra=extra)
 
 
 if __name__ == "__main__":

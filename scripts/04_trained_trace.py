@@ -1,41 +1,71 @@
-"""Step 04: the same search as step 01, with the trained model (the newest GRPO export).
+"""Step 04: the post-training arms search the same (task, seed) pairs as step 01: sft, trained, grpo_only.
 
     python scripts/04_trained_trace.py                          # needs step 03's <run>/grpo/global_step_N/policy
-    W8_RUN_ID=demo python scripts/04_trained_trace.py --trace-max-iterations 4
+    W8_RUN_ID=demo python scripts/04_trained_trace.py
     # tiny CPU variant: same knobs as the step-01 call of the same run
 
-Finds the newest `global_step_*/policy` under <run>/grpo (by N) and searches the same
-held-out task(s) with the same knobs; only the model differs. Writes
-<run>/trained_trace.json and prints live `steps_to_gold trained ...` lines. Ends with one
-line: gold reached on k/n task(s) and each task's steps_to_gold/budget.
+The arms, each the newest `global_step_N/policy` (by N) of its training folder:
+  sft        <run>/sft        the oracle SFT warm-start alone (when W8_HARNESS_SFT_STEPS > 0)
+  trained    <run>/grpo       SFT + GRPO (GRPO alone when there was no SFT)
+  grpo_only  <run>/grpo_only  GRPO from the frozen model (when W8_GRPO_ONLY_ARM=1)
+Only the model differs from step 01: same tasks, seeds, knobs and decoding. Each arm runs in
+its own process (`python -m harness.traces`, the run's own knobs), so a GPU holds one arm's
+vLLM engine at a time; an arm whose trace file exists is skipped, and its searches resume
+mid-round. Writes <run>/<arm>_trace.json and prints live `steps_to_gold <arm> ...` lines.
+Ends with one line per arm: gold reached in k/n searches and the mean steps_to_gold.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.exports import newest_export  # noqa: E402
-from harness.pipeline import StepError, StepResult, run_step  # noqa: E402
-from harness.traces import run_trace_searches, steps_summary, write_traces  # noqa: E402
-from harness.sandbox import sandbox_provenance  # noqa: E402
+from harness.files import REPO_ROOT  # noqa: E402
+from harness.pipeline import StepError, StepResult, record_sandbox, run_step  # noqa: E402
+from harness.traces import arm_file, load_traces, steps_summary  # noqa: E402
 
 STEP = "04_trained_trace"
+TRAINED_ARMS = (("sft", "sft"), ("trained", "grpo"), ("grpo_only", "grpo_only"))  # (arm, its training folder)
+
+
+def arm_models(run_dir: Path) -> dict[str, Path]:
+    """The post-training arms that exist in this run, each with its newest export."""
+    found = {arm: newest_export(run_dir / folder) for arm, folder in TRAINED_ARMS}
+    if found["trained"] is None:
+        raise StepError(f"no GRPO export under {run_dir / 'grpo'} (global_step_N/policy with config.json): "
+                        "run step 03 first")
+    return {arm: path for arm, path in found.items() if path is not None}
+
+
+def trace_arm(run_dir: Path, arm: str, policy: Path) -> None:
+    """`python -m harness.traces RUN_DIR ARM MODEL`, its lines streamed; StepError with its last error line."""
+    cmd = [sys.executable, "-m", "harness.traces", str(run_dir), arm, str(policy)]
+    with subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          bufsize=1) as proc:
+        last_error = ""
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            last_error = line.strip() if line.startswith("error:") else last_error
+    if proc.returncode != 0:
+        raise StepError(f"the {arm} arm's searches failed (exit {proc.returncode}): {last_error or 'see above'}")
 
 
 def body(cfg, run_dir: Path, args) -> StepResult:
-    policy = newest_export(run_dir / "grpo")
-    if policy is None:
-        raise StepError(f"no GRPO export under {run_dir / 'grpo'} (global_step_N/policy with config.json): "
-                        "run step 03 first")
-    print(f"[{STEP}] trained model: {policy}", flush=True)
-    trained = cfg.replace(harness_model=str(policy))
-    traces = run_trace_searches(trained, run_dir, "trained")
-    write_traces(run_dir / "trained_trace.json", "trained", str(policy.relative_to(run_dir)), traces)
-    return StepResult(["trained_trace.json"], steps_summary(traces),
-                      extra={"policy": str(policy.relative_to(run_dir)), "sandbox": sandbox_provenance()})
+    arms = arm_models(run_dir)
+    for arm, policy in arms.items():
+        if not (run_dir / arm_file(arm)).is_file():
+            print(f"[{STEP}] {arm} arm: {policy.relative_to(run_dir)}", flush=True)
+            trace_arm(run_dir, arm, policy)
+    for arm in arms:  # which sandbox ran each arm's programs (its own process): run_config.json and summary.md
+        record_sandbox(run_dir, f"04 {arm} arm", json.loads((run_dir / arm_file(arm)).read_text()).get("sandbox") or {})
+    summary = "; ".join(f"{arm}: {steps_summary(load_traces(run_dir / arm_file(arm)))}" for arm in arms)
+    return StepResult([arm_file(arm) for arm in arms], summary,
+                      extra={"arms": {arm: str(path.relative_to(run_dir)) for arm, path in arms.items()}})
 
 
 if __name__ == "__main__":

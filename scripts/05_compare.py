@@ -1,13 +1,17 @@
-"""Step 05: strict compare of the frozen and trained traces, the plot, and summary.md.
+"""Step 05: the strict, paired compare of the run's arms, the curves, and summary.md.
 
     python scripts/05_compare.py                      # needs <run>/frozen_trace.json and trained_trace.json
     W8_RUN_ID=demo python scripts/05_compare.py
 
-Writes <run>/trace_compare.json and <run>/trace.png (harness.compare: same task and knobs
-or refused; not reached = max_iterations + 1; shrunk only if strictly fewer) and
-<run>/summary.md: what ran, steps_to_gold before and after, shrunk or not, held-out
-accuracy of the gold harnesses, training metrics and wall times. Ends with one line:
-steps frozen -> trained, shrunk yes/no.
+Writes <run>/trace_compare.json and <run>/trace.png (harness.compare: every arm on the same
+(task, seed) pairs with the same knobs and decoding, or refused; gold recomputed; not reached
+= max_iterations + 1; per pair of arms the mean difference with a paired bootstrap 95%
+interval, sign test, probability of improvement; shrunk only if strictly fewer) and
+<run>/summary.md: what ran, the per-arm table, the paired comparisons (trained vs frozen,
+sft vs frozen, trained vs sft: what GRPO added to the warm-start), every search's steps,
+what the gold harnesses look like (held-out accuracy, similarity to the SFT target), the
+training metrics, the sandbox that ran, wall times. Ends with one line: the headline pair
+and shrunk yes/no.
 """
 
 from __future__ import annotations
@@ -18,31 +22,73 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.compare import CompareError, compare_traces, plot_traces  # noqa: E402
+from harness.compare import CompareError, compare_arms, plot_arms, steps_or_budget  # noqa: E402
 from harness.files import atomic_write_json, atomic_write_text  # noqa: E402
+from harness.oracle import sft_target_source  # noqa: E402
 from harness.pipeline import STEPS, StepError, StepResult, load_run_config, read_marker, run_step  # noqa: E402
-from harness.traces import load_traces  # noqa: E402
+from harness.traces import ARMS, arm_file, load_traces  # noqa: E402
+from harness.training_data import sft_target_for  # noqa: E402
 
 STEP = "05_compare"
-METRICS = ("sft_metrics.json", "grpo_metrics.json")
-
-
-def _steps(steps: int, reached: bool) -> str:
-    return f"{steps}" if reached else f"not reached (counts {steps})"
-
-
-def gold_heldout(traces: list[dict]) -> list[str]:
-    rows = []
-    for trace in traces:
-        for node in trace["nodes"]:
-            if node["gold"]:
-                acc = node.get("heldout_accuracy")
-                rows.append(f"{trace['task']['task_id']} node {node['index']}: "
-                            f"{'n/a' if acc is None else f'{acc:.3f}'}")
-    return rows
-
-
+METRICS = ("sft_metrics.json", "grpo_metrics.json", "grpo_only_metrics.json")
 METRIC_KEYS = ("loss", "reward_mean", "reward_std", "valid_rate", "zero_variance_groups", "step_time_s")
+
+
+def _num(value, fmt: str = ".2f", none: str = "-") -> str:
+    return none if value is None else format(value, fmt)
+
+
+def arm_table(result: dict) -> list[str]:
+    budget = result["max_iterations"]
+    lines = ["| arm | mean steps to gold (95% CI) | solved | gold harnesses: held-out accuracy, similarity to the "
+             "SFT target |", "|---|---|---|---|"]
+    for arm, a in result["arms"].items():
+        lines.append(f"| {arm} | {a['mean_steps']:.2f} [{a['ci95'][0]:.2f}, {a['ci95'][1]:.2f}] | "
+                     f"{a['solved']}/{a['n']} ({a['solved_share']:.0%}) | "
+                     f"{_num(a['gold_heldout_accuracy_mean'], '.3f')}, "
+                     f"{_num(a['gold_similarity_to_sft_target_mean'], '.3f')} |")
+    return lines + ["", f"Not reached counts {budget + 1} (the budget of {budget} refinements + 1); fewer is better."]
+
+
+def comparison_lines(result: dict) -> list[str]:
+    names = {("trained", "frozen"): "trained vs frozen", ("sft", "frozen"): "sft vs frozen (the warm-start alone)",
+             ("trained", "sft"): "trained vs sft (what GRPO added)", ("grpo_only", "frozen"): "grpo_only vs frozen",
+             ("trained", "grpo_only"): "trained vs grpo_only (what SFT added)"}
+    lines = []
+    for c in result["comparisons"]:
+        lines.append(f"- **{names[(c['a'], c['b'])]}**: {c['mean_a']:.2f} vs {c['mean_b']:.2f} steps, difference "
+                     f"{c['mean_diff']:+.2f} (95% CI [{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}], {c['resamples']} "
+                     f"paired bootstrap resamples; excludes 0: {'yes' if c['ci_excludes_zero'] else 'no'}), "
+                     f"P(improvement) {c['prob_improvement']:.2f}, sign test p = {c['sign_test_p']:.3f} "
+                     f"({c['shrunk_pairs']} shrunk / {c['tied_pairs']} tied / {c['grown_pairs']} grown): "
+                     f"shrunk {'yes' if c['shrunk'] else 'no'}")
+    return lines
+
+
+def searches_table(arms: dict[str, list[dict]]) -> list[str]:
+    names = list(arms)
+    lines = ["| task | seed | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for i, trace in enumerate(next(iter(arms.values()))):
+        cells = [str(steps_or_budget(arms[name][i])) for name in names]
+        lines.append(f"| `{trace['task']['task_id']}` | {trace['knobs'].get('search_seed', 0)} | " + " | ".join(cells)
+                     + " |")
+    return lines
+
+
+def metrics_lines(run_dir: Path) -> list[str]:
+    """One line per metrics file: its per-step numbers (first and last step when there are many)."""
+    lines = []
+    for name in METRICS:
+        path = run_dir / name
+        if not path.exists():
+            continue
+        steps = json.loads(path.read_text()).get("steps") or []
+        shown = steps if len(steps) <= 4 else [steps[0], steps[-1]]
+        parts = ["step {}: {}".format(s.get("step"), ", ".join(f"{k} {s[k]:.3g}" for k in METRIC_KEYS
+                                                               if isinstance(s.get(k), (int, float))))
+                 for s in shown]
+        lines.append(f"- `{name}` ({len(steps)} steps): {'; '.join(parts) or 'no steps recorded'}")
+    return lines
 
 
 def sandbox_lines(config: dict) -> list[str]:
@@ -57,59 +103,58 @@ def sandbox_lines(config: dict) -> list[str]:
     return lines
 
 
-def metrics_lines(run_dir: Path) -> list[str]:
-    """One line per metrics file: its per-step numbers (first and last step when there are many)."""
-    lines = []
-    for name in METRICS:
-        path = run_dir / name
-        if not path.exists():
-            continue
-        data = json.loads(path.read_text())
-        steps = data.get("steps") or []
-        shown = steps if len(steps) <= 4 else [steps[0], steps[-1]]
-        parts = ["step {}: {}".format(s.get("step"), ", ".join(f"{k} {s[k]:.3g}" for k in METRIC_KEYS
-                                                               if isinstance(s.get(k), (int, float))))
-                 for s in shown]
-        lines.append(f"- `{name}` ({len(steps)} steps): {'; '.join(parts) or 'no steps recorded'}")
-    return lines
-
-
-def summary_markdown(run_dir: Path, result: dict, frozen: list[dict], trained: list[dict]) -> str:
+def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]]) -> str:
     config = load_run_config(run_dir)
-    trained_model = json.loads((run_dir / "trained_trace.json").read_text()).get("model", "?")
-    knobs = config["knobs"]
-    budget = result["max_iterations"]
+    knobs, hp = config["knobs"], config.get("hparams", {})
+    headline = next((c for c in result["comparisons"] if (c["a"], c["b"]) == ("trained", "frozen")), None)
+    dec = result["decoding"]
     lines = [
         f"# r3 run `{config['run_id']}`",
         "",
-        f"- model: `{config['model']}` (backend `{config['backend']}`, operator `{knobs.get('operator')}`), "
-        f"git `{config['git_sha']}`; trained model `{trained_model}`",
+        f"- model: `{config['model']}` (backend `{config['backend']}`, preset `{knobs.get('preset') or 'none'}`), "
+        f"git `{config['git_sha']}`",
         f"- hardware: {', '.join(config['accelerators']['detected'])}; started {config['started_at']}",
-        f"- trace tasks: {result['n_tasks']} held-out, {knobs.get('trace_examples_per_obs')} examples each; "
-        f"budget {budget} refinements; gold = balanced accuracy >= {result['gold_threshold']}",
+        f"- searches: {knobs.get('trace_tasks')} held-out task(s) (each from its own page) x {knobs.get('trace_seeds')} "
+        f"search seed(s) = {result['n_pairs']} paired searches per arm, {knobs.get('trace_examples_per_obs')} "
+        f"examples each; budget {result['max_iterations']} refinements; gold = balanced accuracy >= "
+        f"{result['gold_threshold']}",
+        f"- decoding, every arm: operator `{dec.get('name')}`, temperature {dec.get('temperature')}, up to "
+        f"{dec.get('max_new_tokens')} tokens" + (f", {dec['dtype']}" if dec.get("dtype") else ""),
         f"- training: SFT steps {knobs.get('harness_sft_steps')}, GRPO on {knobs.get('train_count')} train tasks "
         f"x {knobs.get('grpo_epochs')} epoch(s)"
-        + (f", capped at {knobs['grpo_max_steps']} step(s)" if knobs.get("grpo_max_steps") else ""),
+        + (f", capped at {knobs['grpo_max_steps']} step(s)" if knobs.get("grpo_max_steps") else "")
+        + (f"; hyperparameters ({hp.get('backend')}): " + ", ".join(f"{k} {v}" for k, v in hp.items() if k != "backend")
+           if hp else ""),
         "",
-        "## steps_to_gold (fewer is better; strict)",
+        "## steps_to_gold per arm",
         "",
-        "| task | frozen | trained | shrunk |",
-        "|---|---|---|---|",
+        *arm_table(result),
+        "",
+        "## paired comparisons",
+        "",
+        *comparison_lines(result),
+        "",
+        f"**shrunk: {'yes' if result['shrunk'] else 'no'}** (trained vs frozen: mean steps strictly fewer"
+        + (f"; the 95% interval {'excludes' if headline['ci_excludes_zero'] else 'does not exclude'} zero)"
+           if headline else ")"),
+        "",
+        "## every search (steps to gold)",
+        "",
+        *searches_table(arms),
+        "",
+        "## training metrics",
+        "",
+        *(metrics_lines(run_dir) or ["- none recorded"]),
+        "",
+        "## sandbox (what actually ran the programs)",
+        "",
+        *(sandbox_lines(config) or ["- not recorded"]),
+        "",
+        "## wall times",
+        "",
+        "| step | wall s | summary |",
+        "|---|---|---|",
     ]
-    for row in result["tasks"]:
-        lines.append(f"| `{row['task_id']}` | {_steps(row['frozen_steps'], row['frozen_reached'])} | "
-                     f"{_steps(row['trained_steps'], row['trained_reached'])} | {'yes' if row['shrunk'] else 'no'} |")
-    lines += ["", f"**shrunk: {'yes' if result['shrunk'] else 'no'}** - mean steps {result['mean_frozen_steps']:.2f} "
-              f"-> {result['mean_trained_steps']:.2f} (not reached counts {budget + 1}; equal is not success)"]
-    if result["n_tasks"] > 1:
-        lines.append(f"; sign test p = {result['sign_test_p']:.3f} over {result['shrunk_tasks']} shrunk / "
-                     f"{result['grown_tasks']} grown / {result['tied_tasks']} tied")
-    lines += ["", "## held-out accuracy of the gold harnesses (other held-out observations)", ""]
-    lines += [f"- frozen {row}" for row in gold_heldout(frozen)] or ["- frozen: no gold harness"]
-    lines += [f"- trained {row}" for row in gold_heldout(trained)] or ["- trained: no gold harness"]
-    lines += ["", "## training metrics", ""] + (metrics_lines(run_dir) or ["- none recorded"])
-    lines += ["", "## sandbox (what actually ran the programs)", ""] + (sandbox_lines(config) or ["- not recorded"])
-    lines += ["", "## wall times", "", "| step | wall s | summary |", "|---|---|---|"]
     for step in STEPS[:-1]:
         marker = read_marker(run_dir, step) or {}
         lines.append(f"| {step} | {marker.get('wall_s', '-')} | {marker.get('summary', 'not run')} |")
@@ -117,20 +162,21 @@ def summary_markdown(run_dir: Path, result: dict, frozen: list[dict], trained: l
 
 
 def body(cfg, run_dir: Path, args) -> StepResult:
-    missing = [name for name in ("frozen_trace.json", "trained_trace.json") if not (run_dir / name).exists()]
+    missing = [arm_file(arm) for arm in ("frozen", "trained") if not (run_dir / arm_file(arm)).exists()]
     if missing:
         raise StepError(f"missing {', '.join(missing)} in {run_dir}: run steps 01 and 04 first")
-    frozen = load_traces(run_dir / "frozen_trace.json")
-    trained = load_traces(run_dir / "trained_trace.json")
+    arms = {arm: load_traces(run_dir / arm_file(arm)) for arm in ARMS if (run_dir / arm_file(arm)).exists()}
     try:
-        result = compare_traces(frozen, trained)
+        result = compare_arms(arms, sft_target=sft_target_source(sft_target_for(cfg.backend)))
     except CompareError as err:
         raise StepError(f"compare refused: {err}") from None
     atomic_write_json(run_dir / "trace_compare.json", result)
-    plot_traces(frozen, trained, run_dir / "trace.png")
-    atomic_write_text(run_dir / "summary.md", summary_markdown(run_dir, result, frozen, trained))
-    summary = (f"steps_to_gold frozen {result['mean_frozen_steps']:.2f} -> trained {result['mean_trained_steps']:.2f} "
-               f"over {result['n_tasks']} task(s): shrunk {'yes' if result['shrunk'] else 'no'}")
+    plot_arms(arms, run_dir / "trace.png")
+    atomic_write_text(run_dir / "summary.md", summary_markdown(run_dir, result, arms))
+    head = next((c for c in result["comparisons"] if (c["a"], c["b"]) == ("trained", "frozen")), None)
+    summary = (f"steps_to_gold frozen {head['mean_b']:.2f} -> trained {head['mean_a']:.2f} over {head['n_pairs']} "
+               f"paired searches (95% CI of the difference [{head['ci95'][0]:+.2f}, {head['ci95'][1]:+.2f}]): "
+               f"shrunk {'yes' if result['shrunk'] else 'no'}")
     return StepResult(["trace_compare.json", "trace.png", "summary.md"], summary)
 
 

@@ -47,9 +47,11 @@ def final_result(lines: list[str]) -> str:
     if "trace_compare.json" not in records:
         return f"run {run_id}: {len(records)} artifact(s) so far ({', '.join(sorted(records))}); no compare yet"
     result = json.loads(record_bytes(records["trace_compare.json"]))
-    return (f"run {run_id}: steps_to_gold frozen {result['mean_frozen_steps']:.2f} -> trained "
-            f"{result['mean_trained_steps']:.2f} over {result['n_tasks']} task(s), shrunk "
-            f"{'yes' if result['shrunk'] else 'no'}; collect with: make results RUN_ID={run_id}")
+    head = next(c for c in result["comparisons"] if (c["a"], c["b"]) == ("trained", "frozen"))
+    return (f"run {run_id}: steps_to_gold frozen {head['mean_b']:.2f} -> trained {head['mean_a']:.2f} over "
+            f"{head['n_pairs']} paired searches (95% CI of the difference [{head['ci95'][0]:+.2f}, "
+            f"{head['ci95'][1]:+.2f}]), shrunk {'yes' if result['shrunk'] else 'no'}; collect with: "
+            f"make results RUN_ID={run_id}")
 
 
 def stream(proc: subprocess.Popen, saved, everything: bool) -> list[str]:

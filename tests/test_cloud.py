@@ -264,8 +264,8 @@ def make_run_dir(root: Path, run_id: str = "r3-test-s7-20260101-000000") -> Path
     (run_dir / "steps").mkdir(parents=True)
     (run_dir / "run_config.json").write_text(json.dumps({"run_id": run_id, "knobs": {}}))
     (run_dir / "frozen_trace.json").write_text(json.dumps({"traces": [{"steps_to_first_gold": 5}]}, indent=1))
-    (run_dir / "trace_compare.json").write_text(json.dumps({"mean_frozen_steps": 5.0, "mean_trained_steps": 2.0,
-                                                            "n_tasks": 1, "shrunk": True}))
+    (run_dir / "trace_compare.json").write_text(json.dumps({"shrunk": True, "comparisons": [
+        {"a": "trained", "b": "frozen", "mean_a": 2.0, "mean_b": 5.0, "n_pairs": 6, "ci95": [-4.0, -2.0]}]}))
     (run_dir / "trace.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
     (run_dir / "summary.md").write_text("# r3\n\nshrunk: yes — 5 -> 2\n")
     mark_done(run_dir, "01_frozen_trace", ["frozen_trace.json"], "k", 1.0)
@@ -332,7 +332,8 @@ def test_watch_fake_sky_streams_steps_and_parses_the_result(fake_sky, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "steps_to_gold frozen node   0" in proc.stdout and "vllm warming up" not in proc.stdout
     assert "result: trace_compare.json" in proc.stdout
-    assert "run r3-watch-test: steps_to_gold frozen 5.00 -> trained 2.00 over 1 task(s), shrunk yes" in proc.stdout
+    assert ("run r3-watch-test: steps_to_gold frozen 5.00 -> trained 2.00 over 6 paired searches (95% CI of the "
+            "difference [-4.00, -2.00]), shrunk yes") in proc.stdout
     assert "vllm warming up" in saved
     assert [c["argv"] for c in calls(record)] == [["status", cluster], ["logs", cluster, "--no-follow"]]
 

@@ -1,4 +1,7 @@
-"""Strict compare of frozen vs trained traces, on crafted traces; and the trace plot."""
+"""The strict compare of arms: pairing, every refused mismatch, recomputed gold, the paired statistics
+(bootstrap interval on a constructed case, probability of improvement with ties, sign test), curves."""
+
+from __future__ import annotations
 
 import json
 import subprocess
@@ -7,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.compare import CompareError, compare_pair, compare_traces, plot_traces, sign_test, steps_or_budget
+from harness.compare import (CompareError, bootstrap_mean_ci, compare_arms, plot_arms, probability_of_improvement,
+                             sign_test, solved_by_node, steps_or_budget)
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def trace(gold_at=None, n_nodes=None, task_id="heldout/click-tab-2/1/seed7/n24", examples_hash="43ce9b59d98f640a",
-          max_iterations=16, threshold=0.9, n_legal=12, n_illegal=12, finished=True):
+          max_iterations=16, threshold=0.9, n_legal=12, n_illegal=12, finished=True, seed=0, **changes):
     """A finished trace whose first gold node is `gold_at` (None: budget used up)."""
     if n_nodes is None:
         n_nodes = gold_at + 1 if gold_at is not None else max_iterations + 1
@@ -22,30 +26,23 @@ def trace(gold_at=None, n_nodes=None, task_id="heldout/click-tab-2/1/seed7/n24",
         gold = gold_at is not None and i >= gold_at
         ba = 0.95 if gold else 0.5 + 0.02 * i
         nodes.append({"index": i, "parent": None if i == 0 else i - 1, "reward": 0.8 * ba + 0.2, "gold": gold,
-                      "balanced_accuracy": ba, "valid": True})
+                      "balanced_accuracy": ba, "valid": True, "code": f"def is_legal_action(s, a):\n    return {i}",
+                      "heldout_accuracy": 0.9 if gold else None, "prompt_tokens": 100, "completion_tokens": 50})
+    knobs = {"gold_threshold": threshold, "max_iterations": max_iterations, "reward_recall_weight": 0.2,
+             "search_c": 20.0, "search_seed": seed, "sandbox_timeout_s": 2.0}
+    operator = {"name": "hf", "model": "x", "max_new_tokens": 448, "temperature": 0.5}
+    for key, value in changes.items():
+        (knobs if key in knobs else operator)[key] = value
     return {"task": {"task_id": task_id, "split": "heldout", "seed": 7, "obs_id": "click-tab-2/1",
                      "examples_per_obs": n_legal + n_illegal, "examples_hash": examples_hash,
                      "n_legal": n_legal, "n_illegal": n_illegal},
-            "knobs": {"gold_threshold": threshold, "max_iterations": max_iterations, "reward_recall_weight": 0.2,
-                      "search_c": 20.0, "search_seed": 0},
-            "operator": {"name": "hf", "model": "x"}, "finished": finished, "n_nodes": n_nodes,
-            "tokens": {"total": 100 * n_nodes}, "nodes": nodes}
+            "knobs": knobs, "operator": operator, "finished": finished, "n_nodes": n_nodes,
+            "tokens": {"total": 150 * n_nodes}, "nodes": nodes}
 
 
-@pytest.mark.parametrize("frozen_gold,trained_gold,f_steps,t_steps,shrunk", [
-    (5, 3, 5, 3, True),
-    (5, 5, 5, 5, False),  # equal is not success
-    (3, 5, 3, 5, False),
-    (None, None, 17, 17, False),  # neither reached: both budget + 1, not shrunk
-    (None, 16, 17, 16, True),  # reached at the last node beats not reached
-    (0, None, 0, 17, False),
-    (1, 0, 1, 0, True),
-])
-def test_strict_steps(frozen_gold, trained_gold, f_steps, t_steps, shrunk):
-    r = compare_pair(trace(frozen_gold), trace(trained_gold))
-    assert (r["frozen_steps"], r["trained_steps"], r["shrunk"]) == (f_steps, t_steps, shrunk)
-    assert r["delta"] == t_steps - f_steps
-    assert r["trained_reached"] is (trained_gold is not None)
+def arm(golds, **kw):
+    """Traces of one arm over tasks t0.. with seeds 0/1 alternating."""
+    return [trace(g, task_id=f"heldout/p{i // 2}/1/seed{i // 2}/n24", seed=i % 2, **kw) for i, g in enumerate(golds)]
 
 
 def test_not_reached_counts_as_budget_plus_one():
@@ -53,55 +50,87 @@ def test_not_reached_counts_as_budget_plus_one():
     assert steps_or_budget(trace(2, max_iterations=4)) == 2
 
 
-@pytest.mark.parametrize("change,field", [
-    ({"examples_hash": "ffffffffffffffff"}, "task.examples_hash"),
-    ({"task_id": "heldout/click-tab-2/1/seed8/n24"}, "task.task_id"),
+def test_gold_is_recomputed_from_balanced_accuracy_never_trusted_from_the_file():
+    lying = trace(None, max_iterations=4)
+    lying["nodes"][1]["gold"] = True  # says gold, balanced accuracy 0.52
+    assert steps_or_budget(lying) == 5
+    hiding = trace(None, max_iterations=4)
+    hiding["nodes"][3]["balanced_accuracy"] = 0.93  # gold by the threshold, flagged False
+    assert steps_or_budget(hiding) == 3
+    invalid = trace(None, max_iterations=4)
+    invalid["nodes"][2].update(balanced_accuracy=0.99, valid=False)
+    assert steps_or_budget(invalid) == 5
+
+
+def test_arms_pairs_and_statistics():
+    frozen = arm([None, None, 4, 6, 2, None])
+    trained = arm([3, 12, 4, 2, 5, 0])
+    r = compare_arms({"frozen": frozen, "trained": trained}, resamples=2000)
+    [c] = r["comparisons"]
+    f_steps, t_steps = [17, 17, 4, 6, 2, 17], [3, 12, 4, 2, 5, 0]
+    assert (c["a"], c["b"], c["n_pairs"]) == ("trained", "frozen", 6)
+    assert c["mean_a"] == pytest.approx(sum(t_steps) / 6, abs=1e-4) and c["mean_b"] == pytest.approx(sum(f_steps) / 6, abs=1e-4)
+    assert (c["shrunk_pairs"], c["tied_pairs"], c["grown_pairs"]) == (4, 1, 1)
+    assert c["sign_test_p"] == pytest.approx(sign_test(4, 1))
+    assert c["prob_improvement"] == pytest.approx((4 + 0.5) / 6)
+    assert c["shrunk"] is True and r["shrunk"] is True and c["resamples"] == 2000
+    assert c["ci95"][0] <= c["mean_diff"] <= c["ci95"][1] and c["ci_excludes_zero"] == (c["ci95"][1] < 0)
+    assert r["arms"]["frozen"]["solved"] == 3 and r["arms"]["trained"]["solved_share"] == 1.0
+    assert r["arms"]["trained"]["gold_heldout_accuracy_mean"] == 0.9
+
+
+def test_equal_means_are_not_shrunk():
+    r = compare_arms({"frozen": arm([3, 5]), "trained": arm([5, 3])}, resamples=500)
+    assert r["comparisons"][0]["mean_diff"] == 0 and r["shrunk"] is False
+    assert r["comparisons"][0]["prob_improvement"] == 0.5
+
+
+def test_the_three_comparisons_of_three_arms():
+    r = compare_arms({"frozen": arm([None, None]), "sft": arm([0, 1]), "trained": arm([0, 0])}, resamples=200)
+    assert [(c["a"], c["b"]) for c in r["comparisons"]] == [("trained", "frozen"), ("sft", "frozen"),
+                                                             ("trained", "sft")]
+
+
+def test_bootstrap_interval_on_a_constructed_case():
+    # two pairs {0, 2}: resampled means are 0 (1/4), 1 (1/2), 2 (1/4): the 95% interval is [0, 2]
+    assert bootstrap_mean_ci([0.0, 2.0], resamples=20000) == (0.0, 2.0)
+    assert bootstrap_mean_ci([-3.0] * 5, resamples=100) == (-3.0, -3.0)
+    lo, hi = bootstrap_mean_ci([0.0, 1.0] * 50, resamples=4000)  # mean 0.5, sd of the mean 0.05
+    assert 0.39 < lo < 0.41 and 0.59 < hi < 0.61
+    assert bootstrap_mean_ci([1.0, 5.0, 2.0], seed=0) == bootstrap_mean_ci([1.0, 5.0, 2.0], seed=0)  # seeded
+
+
+def test_probability_of_improvement_counts_ties_half():
+    assert probability_of_improvement([-1, 0, 1, -2]) == pytest.approx(0.625)
+    assert probability_of_improvement([0, 0]) == 0.5
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"examples_hash": "ffffffffffffffff"}, "task.task_id"),
     ({"max_iterations": 8}, "knobs.max_iterations"),
     ({"threshold": 0.95}, "knobs.gold_threshold"),
+    ({"search_c": 5.0}, "knobs.search_c"),
+    ({"reward_recall_weight": 0.5}, "knobs.reward_recall_weight"),
+    ({"sandbox_timeout_s": 1.0}, "knobs.sandbox_timeout_s"),
+    ({"temperature": 0.0}, "operator.temperature"),
+    ({"max_new_tokens": 2048}, "operator.max_new_tokens"),
+    ({"name": "vllm"}, "operator.name"),
+    ({"dtype": "float32"}, "operator.dtype"),
 ])
-def test_different_tasks_or_budgets_are_refused(change, field):
+def test_every_mismatched_field_is_refused_by_name(change, field):
     with pytest.raises(CompareError, match=field.replace(".", r"\.")):
-        compare_pair(trace(3), trace(2, **change))
+        compare_arms({"frozen": arm([3, 4]), "trained": arm([2, 2], **change)})
 
 
-def test_unbalanced_task_is_refused():
+def test_different_pairs_unbalanced_or_unfinished_traces_are_refused():
+    with pytest.raises(CompareError, match="do not search the same"):
+        compare_arms({"frozen": arm([3, 4]), "trained": arm([3])})
     with pytest.raises(CompareError, match="unbalanced"):
-        compare_pair(trace(3, n_legal=20, n_illegal=4), trace(2, n_legal=20, n_illegal=4))
-
-
-def test_unfinished_trace_is_refused():
+        compare_arms({"frozen": arm([3], n_legal=20, n_illegal=4), "trained": arm([2], n_legal=20, n_illegal=4)})
     with pytest.raises(CompareError, match="unfinished"):
-        compare_pair(trace(None, n_nodes=4, finished=False), trace(2))
-
-
-def test_multi_task_mean_and_sign_test():
-    ids = [f"heldout/p/{k}/seed{k}/n24" for k in range(5)]
-    frozen = [trace(g, task_id=i) for g, i in zip([10, None, 4, 6, 2], ids)]
-    trained = [trace(g, task_id=i) for g, i in zip([3, 12, 4, 2, 5], ids)]
-    r = compare_traces(frozen, trained)
-    assert r["n_tasks"] == 5
-    assert r["mean_frozen_steps"] == pytest.approx((10 + 17 + 4 + 6 + 2) / 5)
-    assert r["mean_trained_steps"] == pytest.approx((3 + 12 + 4 + 2 + 5) / 5)
-    assert (r["shrunk_tasks"], r["tied_tasks"], r["grown_tasks"]) == (3, 1, 1)
-    assert r["sign_test_p"] == pytest.approx(sign_test(3, 1)) == pytest.approx(0.625)
-    assert r["shrunk"] is True
-    assert [t["task_id"] for t in r["tasks"]] == ids
-
-
-def test_multi_task_equal_means_is_not_shrunk():
-    ids = ["heldout/a/1/seed1/n24", "heldout/b/1/seed2/n24"]
-    r = compare_traces([trace(3, task_id=ids[0]), trace(5, task_id=ids[1])],
-                       [trace(5, task_id=ids[0]), trace(3, task_id=ids[1])])
-    assert r["mean_delta"] == 0 and r["shrunk"] is False and r["sign_test_p"] == 1.0
-
-
-def test_multi_task_refuses_mismatched_pairs_and_counts():
-    with pytest.raises(CompareError, match="task_id"):
-        compare_traces([trace(3, task_id="heldout/a/1/seed1/n24")], [trace(3, task_id="heldout/b/1/seed1/n24")])
-    with pytest.raises(CompareError, match="same non-zero number"):
-        compare_traces([trace(3)], [])
+        compare_arms({"frozen": arm([None], n_nodes=4, finished=False), "trained": arm([2])})
     with pytest.raises(CompareError, match="listed twice"):
-        compare_traces([trace(3), trace(4)], [trace(2), trace(2)])
+        compare_arms({"frozen": [trace(3), trace(4)], "trained": [trace(2), trace(2)]})
 
 
 @pytest.mark.parametrize("wins,losses,p", [(0, 0, 1.0), (5, 0, 0.0625), (0, 5, 0.0625), (3, 1, 0.625),
@@ -110,32 +139,33 @@ def test_sign_test(wins, losses, p):
     assert sign_test(wins, losses) == pytest.approx(p)
 
 
-def test_plot_writes_png(tmp_path):
-    path = plot_traces([trace(None), trace(4, task_id="heldout/x/1/seed1/n24")],
-                       [trace(6), trace(2, task_id="heldout/x/1/seed1/n24")], tmp_path / "trace.png")
-    data = path.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+def test_similarity_to_the_sft_target_marks_a_copied_program():
+    target = "def is_legal_action(s, a):\n    return 0"
+    r = compare_arms({"frozen": arm([None, None]), "trained": arm([0, 0])}, sft_target=target, resamples=100)
+    assert r["arms"]["trained"]["gold_similarity_to_sft_target_mean"] == 1.0
+    assert r["arms"]["frozen"]["gold_similarity_to_sft_target_mean"] is None
 
 
-def test_cli_writes_compare_and_plot(tmp_path):
-    (tmp_path / "f.json").write_text(json.dumps(trace(7)))
-    (tmp_path / "t.json").write_text(json.dumps(trace(3)))
+def test_curves_and_plot(tmp_path):
+    traces = arm([0, 2, None, 1], max_iterations=3)
+    assert solved_by_node(traces) == [0.25, 0.5, 0.75, 0.75]
+    path = plot_arms({"frozen": arm([None, 4]), "sft": arm([0, 1]), "trained": arm([0, 0])}, tmp_path / "trace.png",
+                     resamples=100)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+
+
+def test_cli_writes_compare_and_plot_or_refuses_in_one_line(tmp_path):
+    (tmp_path / "f.json").write_text(json.dumps({"role": "frozen", "traces": arm([7, None])}))
+    (tmp_path / "t.json").write_text(json.dumps({"role": "trained", "traces": arm([3, 2])}))
     out = tmp_path / "out"
-    run = subprocess.run([sys.executable, "-m", "harness.compare", "--frozen", str(tmp_path / "f.json"),
-                          "--trained", str(tmp_path / "t.json"), "--out", str(out)],
+    ok = subprocess.run([sys.executable, "-m", "harness.compare", "--arm", f"frozen={tmp_path / 'f.json'}",
+                         "--arm", f"trained={tmp_path / 't.json'}", "--out", str(out)],
+                        cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads((out / "trace_compare.json").read_text())["shrunk"] is True and (out / "trace.png").exists()
+    (tmp_path / "t2.json").write_text(json.dumps({"role": "trained", "traces": arm([3, 2], temperature=1.0)}))
+    bad = subprocess.run([sys.executable, "-m", "harness.compare", "--arm", f"frozen={tmp_path / 'f.json'}",
+                          "--arm", f"trained={tmp_path / 't2.json'}", "--out", str(tmp_path / "bad")],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
-    result = json.loads((out / "trace_compare.json").read_text())
-    assert result["tasks"][0]["frozen_steps"] == 7 and result["shrunk"] is True
-    assert (out / "trace.png").stat().st_size > 0
-
-
-def test_cli_refuses_different_tasks_in_one_line(tmp_path):
-    (tmp_path / "f.json").write_text(json.dumps(trace(7)))
-    (tmp_path / "t.json").write_text(json.dumps(trace(3, examples_hash="0000000000000000")))
-    run = subprocess.run([sys.executable, "-m", "harness.compare", "--frozen", str(tmp_path / "f.json"),
-                          "--trained", str(tmp_path / "t.json"), "--out", str(tmp_path / "out")],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 2
-    assert run.stderr.strip().count("\n") == 0 and "examples_hash" in run.stderr
-    assert not (tmp_path / "out" / "trace_compare.json").exists()
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "operator.temperature" in bad.stderr
+    assert not (tmp_path / "bad" / "trace_compare.json").exists()

@@ -12,7 +12,9 @@ import pytest
 
 from harness.dataset import make_task
 from harness.config import load_config
-from harness.operators import DeterministicOperator, Generation, Operator
+from dataclasses import replace
+
+from harness.operators import ChatOperator, DeterministicOperator, Generation, Operator
 from harness.search import (Node, SearchKnobs, SearchStateError, Trace, run_search, steps_to_first_gold,
                             thompson_pick, without_timing)
 
@@ -128,7 +130,7 @@ def test_search_reaches_gold_and_stops(task, reference):
     assert reference["knobs"] == {"search_c": 20.0, "max_iterations": 16, "gold_threshold": 0.9,
                                   "reward_recall_weight": 0.2, "search_seed": 0, "sandbox_timeout_s": 2.0}
     assert reference["tokens"] == {"prompt": 0, "completion": 0, "total": 0}
-    assert all(len(n["failures"]) <= 5 for n in nodes) and nodes[0]["failures"]
+    assert all(len(n["shown"]) <= 5 for n in nodes) and nodes[0]["failures"] and not nodes[0]["shown"]
 
 
 def test_same_seed_same_trace(task, reference):
@@ -164,11 +166,9 @@ class ScriptedOperator(Operator):
     def __init__(self, texts):
         self.texts = list(texts)
 
-    def zero_shot(self, task, seed=0):
-        return Generation(self.texts.pop(0), 10, 5)
-
-    def refine(self, task, code, failures, seed=0):
-        return Generation(self.texts.pop(0), 20, 7)
+    def answer(self, requests):
+        return [Generation(self.texts.pop(0), 10 if r.code is None else 20, 5 if r.code is None else 7)
+                for r in requests]
 
 
 def test_bad_operator_output_never_kills_the_search(task):
@@ -220,11 +220,11 @@ KILLER = textwrap.dedent("""
     class KilledOperator(DeterministicOperator):
         calls = 0
 
-        def refine(self, *args, **kwargs):
-            KilledOperator.calls += 1
+        def answer(self, requests):
+            KilledOperator.calls += sum(r.code is not None for r in requests)
             if mode == "operator" and KilledOperator.calls == at:  # dies while node `at` is being made
                 os.kill(os.getpid(), signal.SIGKILL)
-            return super().refine(*args, **kwargs)
+            return super().answer(requests)
 
     def progress(line):
         print(line, flush=True)
@@ -272,3 +272,69 @@ def test_cli_bad_knob_is_one_line(tmp_path):
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and run.stderr.strip().count("\n") == 0
     assert "--harness-gold-threshold" in run.stderr
+
+
+class PromptRecorder(ChatOperator):
+    """An LLM stand-in that always answers the same wrong program and records every prompt it is asked."""
+
+    name = "recorder"
+
+    def __init__(self):
+        super().__init__(max_new_tokens=64, temperature=0.7)
+        self.prompts = []
+
+    def complete_batch(self, batch, seeds):
+        self.prompts += [json.dumps(messages) for messages in batch]
+        return [Generation("```python\ndef is_legal_action(state, action):\n    return True\n```", 1, 1)] * len(batch)
+
+
+def test_a_search_never_asks_the_same_prompt_twice(task):
+    """The frozen model's failure mode: the same wrong program refined again and again. Each refinement
+    of one node shows another window of its failures and says which attempt it is."""
+    recorder = PromptRecorder()
+    run_search(task, recorder, knobs(max_iterations=8), progress=None)
+    assert len(recorder.prompts) == 9 and len(set(recorder.prompts)) == 9
+
+
+def test_select_failures_slides_its_window_with_the_attempt(task):
+    from harness.rewards import score_harness
+    from harness.search import failure_candidates, select_failures
+
+    score = score_harness("def is_legal_action(state, action):\n    return True\n", task.examples)
+    candidates = failure_candidates(score, task.examples)
+    assert len(candidates) > 5
+    windows = [tuple(f.index for f in select_failures(candidates, attempt=a)) for a in range(3)]
+    assert all(len(w) == 5 for w in windows) and len(set(windows)) == 3
+    assert set().union(*windows) <= {f.index for f in candidates}
+
+
+def test_batched_searches_give_the_same_traces_as_one_by_one(tmp_path):
+    """Rounds over several (task, seed) searches with one operator, scored in parallel, equal each
+    search run alone (deterministic operator: the answers depend on the request only)."""
+    from harness.search import SearchSpec, run_searches
+
+    tasks = [make_task("heldout", seed, 12) for seed in (7, 8)]
+    specs = [SearchSpec(t, knobs(max_iterations=4)) for t in tasks for _ in (0,)]
+    seeded = [SearchSpec(t, replace(knobs(max_iterations=4), seed=s)) for t in tasks for s in (0, 1)]
+    batched = run_searches(seeded + specs, DeterministicOperator(), progress=None)
+    alone = [run_search(sp.task, DeterministicOperator(), sp.knobs, progress=None) for sp in seeded + specs]
+    assert [without_timing(b.to_trace()) for b in batched] == [without_timing(a.to_trace()) for a in alone]
+    # a crash in the third round (the operator dies): each search's state holds the nodes it finished
+    paths = [tmp_path / f"s{i}.json" for i in range(len(seeded))]
+
+    class DiesInRoundThree(DeterministicOperator):
+        rounds = 0
+
+        def answer(self, requests):
+            DiesInRoundThree.rounds += 1
+            if DiesInRoundThree.rounds == 3:
+                raise RuntimeError("killed mid-round")
+            return super().answer(requests)
+
+    with pytest.raises(RuntimeError, match="killed mid-round"):
+        run_searches([SearchSpec(sp.task, sp.knobs, state_path=p) for sp, p in zip(seeded, paths)],
+                     DiesInRoundThree(), progress=None)
+    resumed = run_searches([SearchSpec(sp.task, sp.knobs, state_path=p) for sp, p in zip(seeded, paths)],
+                           DeterministicOperator(), progress=None)
+    assert [without_timing(r.to_trace())["nodes"] for r in resumed] == \
+        [without_timing(a.to_trace())["nodes"] for a in alone[:len(seeded)]]

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 def step_env(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("W8_") and k != "DAYTONA_API_KEY"}
     env.update({"W8_RUNS_ROOT": str(tmp_path / "runs"), "W8_RUN_ID": "r3-steps", "W8_OPERATOR": "deterministic",
-                "W8_TRACE_MAX_ITERATIONS": "3", "W8_TRACE_EXAMPLES_PER_OBS": "8", "W8_TRACE_TASKS": "2"})
+                "W8_TRACE_MAX_ITERATIONS": "3", "W8_TRACE_EXAMPLES_PER_OBS": "8", "W8_TRACE_TASKS": "2",
+                "W8_TRACE_SEEDS": "2"})
     return env, tmp_path / "runs" / "r3-steps"
 
 
@@ -53,7 +54,8 @@ def test_steps_01_04_05_for_real(step_env):
     assert trained.returncode == 0, trained.stderr
     traces = json.loads((run_dir / "trained_trace.json").read_text())
     assert traces["model"] == "grpo/global_step_1/policy"  # relative to the run folder: no machine paths
-    assert len(traces["traces"]) == 2 and {t["task"]["split"] for t in traces["traces"]} == {"heldout"}
+    assert len(traces["traces"]) == 4 and {t["task"]["split"] for t in traces["traces"]} == {"heldout"}
+    assert len({t["task"]["page"] for t in traces["traces"]}) == 2  # two tasks from two pages, two seeds each
 
     compared = step("05_compare", env)
     assert compared.returncode == 0, compared.stderr
@@ -61,7 +63,7 @@ def test_steps_01_04_05_for_real(step_env):
     summary = (run_dir / "summary.md").read_text()
     shrunk_line = next(line for line in summary.splitlines() if line.startswith("**shrunk:"))
     assert shrunk_line.startswith(f"**shrunk: {'yes' if result['shrunk'] else 'no'}**")
-    assert result["n_tasks"] == 2 and not result["shrunk"]  # the same operator on both sides: equal is not shrunk
+    assert result["n_pairs"] == 4 and not result["shrunk"]  # the same operator on both sides: equal is not shrunk
     assert (run_dir / "trace.png").read_bytes()[:4] == b"\x89PNG"
     assert "## sandbox" in summary and "01_frozen_trace: asked local" in summary
 
