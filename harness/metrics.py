@@ -34,7 +34,7 @@ def plot_metrics(steps: list[dict[str, Any]], png: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    keys = [k for k in ("reward_mean", "balanced_accuracy", "valid_rate", "loss", "kl")
+    keys = [k for k in ("reward_mean", "balanced_accuracy", "valid_rate", "zero_variance_groups", "loss", "kl")
             if any(s.get(k) is not None for s in steps)]
     fig, axes = plt.subplots(1, max(1, len(keys)), figsize=(3.2 * max(1, len(keys)), 2.8), squeeze=False)
     for ax, key in zip(axes[0], keys):

@@ -338,3 +338,23 @@ def test_batched_searches_give_the_same_traces_as_one_by_one(tmp_path):
                            DeterministicOperator(), progress=None)
     assert [without_timing(r.to_trace())["nodes"] for r in resumed] == \
         [without_timing(a.to_trace())["nodes"] for a in alone[:len(seeded)]]
+
+
+def test_memorisation_shows_on_held_out_observations(task):
+    """A lookup table of the task's own labeled actions is gold on the task and poor elsewhere; the oracle
+    is good on both. The held-out accuracy every gold node carries is the check that tells them apart."""
+    from harness.dataset import heldout_examples
+    from harness.oracle import oracle_source
+    from harness.rewards import is_gold, score_harness
+    from harness.search import heldout_accuracy
+
+    reward = knobs().reward
+    labels = {e.action: e.legal for e in task.examples}
+    lookup = f"LABELS = {labels!r}\n\ndef is_legal_action(state, action):\n    return LABELS.get(action, False)\n"
+    held = heldout_examples(task.obs_id)
+    assert len(held) > 50 and {e.obs_id for e in held}.isdisjoint({task.obs_id})
+    on_task = score_harness(lookup, task.examples)
+    assert is_gold(on_task, reward.gold_threshold) and on_task.balanced_accuracy == 1.0
+    assert heldout_accuracy(lookup, held, reward) < 0.7
+    assert score_harness(oracle_source(), task.examples).balanced_accuracy >= 0.9
+    assert heldout_accuracy(oracle_source(), held, reward) >= 0.9
