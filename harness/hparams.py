@@ -2,7 +2,7 @@
 
     from harness.hparams import for_backend
     hp = for_backend(cfg.backend)        # LOCAL (TRL on CPU) or SKYRL (the GPU node)
-    hp.grpo_lr, hp.group_size, hp.temperature
+    hp.grpo_lr, hp.group_size, hp.grpo_temperature
 
 Knobs (harness/config.py) are what a user varies per run; these are the settings a run
 is built around. The GRPO completion length is not here: it is the knob
@@ -22,7 +22,7 @@ class Hparams:
     sft_batch: int  # rows per SFT step (SkyRL: per GPU micro batch; the global batch follows the GPUs)
     grpo_lr: float
     group_size: int  # GRPO samples per prompt
-    temperature: float  # GRPO sampling temperature
+    grpo_temperature: float  # GRPO sampling temperature (the searches sample at W8_OPERATOR_TEMPERATURE)
     kl_coef: float  # 0 = no KL term (and no reference model)
     eval_interval: int  # GRPO steps between evals on the held-out eval rows; 0 = none
     ckpt_interval: int  # GRPO steps between resumable checkpoints; 0 = export at the end only
@@ -34,7 +34,7 @@ LOCAL = Hparams(
     sft_batch=1,  # one ~1.3k-token row per step: ~18 s a step on 2 cores
     grpo_lr=2e-6,  # one or two steps: a real update that does not undo the SFT warm-start
     group_size=4,  # 4 completions of <= 448 tokens: ~100 s of generation per step
-    temperature=0.5,  # measured after SFT: at 1.0 or 0.7, 2-4 of 4 samples were syntax errors (no signal);
+    grpo_temperature=0.5,  # measured after SFT: at 1.0 or 0.7, 2-4 of 4 samples were syntax errors (no signal);
                       # at 0.5 all 4 were valid with rewards 0.6-0.93
     kl_coef=0.0,  # TRL then keeps no reference model: one forward pass less per step
     eval_interval=0,
@@ -47,7 +47,7 @@ SKYRL = Hparams(
     sft_batch=2,  # micro batch per GPU (1 when FSDP offloads to CPU)
     grpo_lr=1e-6,  # SkyRL's own GRPO examples (gsm8k, multiply) use 1e-6 for 1.5B models
     group_size=8,  # 8 samples per prompt: a group rarely has zero variance on this task
-    temperature=1.0,  # on-policy sampling at the model's own distribution, as SkyRL's examples
+    grpo_temperature=1.0,  # on-policy sampling at the model's own distribution, as SkyRL's examples
     kl_coef=0.001,  # a light KL loss against the reference, SkyRL's default coefficient
     eval_interval=5,  # the 16 held-out eval rows every 5 steps (and before training: the first sandbox check)
     ckpt_interval=10,  # resumable FSDP checkpoints every 10 steps (a preempted run resumes from the latest)

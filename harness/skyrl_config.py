@@ -271,7 +271,7 @@ def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, pa
         f"generator.n_samples_per_prompt={GROUP_SIZE}",
         # one token budget: GRPO's completions are as long as the search's answers (check_budget)
         f"generator.sampling_params.max_generate_length={budget}",
-        f"generator.sampling_params.temperature={SKYRL.temperature}",
+        f"generator.sampling_params.temperature={SKYRL.grpo_temperature}",
         f"trainer.epochs={epochs}",
         *([f"trainer.max_training_steps={max_steps}"] if max_steps else []),
         # pitfall (batch sizes): train % mini == 0, per-GPU mini % micro == 0

@@ -214,7 +214,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
         args = GRPOConfig(output_dir=scratch, max_steps=steps - done, per_device_train_batch_size=hp.group_size,
                           num_generations=hp.group_size, max_completion_length=max_completion_length,
                           learning_rate=hp.grpo_lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-                          beta=hp.kl_coef, temperature=hp.temperature, logging_steps=1, save_strategy="no",
+                          beta=hp.kl_coef, temperature=hp.grpo_temperature, logging_steps=1, save_strategy="no",
                           report_to=[], use_cpu=True, seed=seed, shuffle_dataset=True,
                           dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False,
                           gradient_checkpointing=False, bf16=False, fp16=False)
@@ -223,7 +223,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
         trainer.train()
     policy = export_policy(trainer.model, tokenizer, out_dir, steps)
     meta = {"model": shown_path(model_path, Path(out_dir).parent), "steps": steps, "group_size": hp.group_size, "lr": hp.grpo_lr,
-            "beta": hp.kl_coef, "temperature": hp.temperature, "max_completion_length": max_completion_length,
+            "beta": hp.kl_coef, "temperature": hp.grpo_temperature, "max_completion_length": max_completion_length,
             "train_rows": data.n_train, "reward_calls": reward.calls,
             "reward_seconds": round(reward.seconds, 2)}
     return TrainResult(policy, steps, write_metrics(out_dir, "grpo", log, meta))

@@ -52,7 +52,7 @@ def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens:
         inputs = tok.apply_chat_template(list(row["prompt"]), add_generation_prompt=True, return_tensors="pt",
                                          return_dict=True)
         with torch.no_grad():
-            out = model.generate(**inputs, do_sample=True, temperature=LOCAL.temperature, top_k=0, top_p=1.0,
+            out = model.generate(**inputs, do_sample=True, temperature=LOCAL.grpo_temperature, top_k=0, top_p=1.0,
                                  max_new_tokens=max_new_tokens, num_return_sequences=samples,
                                  pad_token_id=tok.pad_token_id)
         for seq in out:

@@ -124,7 +124,7 @@ def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2)
     assert sft.policy_dir == tmp_path / "sft" / "global_step_100" / "policy"
     losses = [s["loss"] for s in json.loads(sft.metrics_path.read_text())["steps"]]
     assert losses[-1] < losses[0] / 5
-    hp = replace(LOCAL, group_size=8, grpo_lr=1e-3, temperature=1.0)
+    hp = replace(LOCAL, group_size=8, grpo_lr=1e-3, grpo_temperature=1.0)
     grpo = train_grpo(str(sft.policy_dir), tmp_path / "grpo", data, 1, 32, hp)
     step = json.loads(grpo.metrics_path.read_text())["steps"][-1]
     assert step["reward_std"] > 0, "no reward variance in the group: the step could not learn"
