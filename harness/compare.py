@@ -243,15 +243,20 @@ def best_accuracy_by_node(trace: dict[str, Any]) -> list[float]:
 
 
 def solved_by_tokens(traces: list[dict[str, Any]]) -> tuple[list[int], list[float]]:
-    """(token budgets, share of searches gold within that many operator tokens)."""
-    spent = []
+    """(token budgets, share of searches gold within that many operator tokens).
+
+    The curve runs to the most tokens any search of the arm spent, solved or not."""
+    spent, most = [], 0
     for trace in traces:
-        first, total = steps_to_first_gold(trace, trace["knobs"]["gold_threshold"]), 0
-        for node in trace["nodes"][: (first + 1) if first is not None else 0]:
-            total += node.get("prompt_tokens", 0) + node.get("completion_tokens", 0)
-        spent.append(total if first is not None else None)
-    xs = sorted({0, *[s for s in spent if s is not None]})
+        first = steps_to_first_gold(trace, trace["knobs"]["gold_threshold"])
+        costs = [node.get("prompt_tokens", 0) + node.get("completion_tokens", 0) for node in trace["nodes"]]
+        most = max(most, sum(costs))
+        spent.append(sum(costs[: first + 1]) if first is not None else None)
+    xs = sorted({0, most, *[s for s in spent if s is not None]})
     return xs, [sum(s is not None and s <= x for s in spent) / len(spent) for x in xs]
+
+
+LINE_STYLES = ("-", "--", ":", "-.")
 
 
 def plot_arms(arms: dict[str, list[dict[str, Any]]], path: str | Path, resamples: int = 2000) -> Path:
@@ -262,20 +267,23 @@ def plot_arms(arms: dict[str, list[dict[str, Any]]], path: str | Path, resamples
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.2))
+    from matplotlib.ticker import MaxNLocator
+
     rng = random.Random(BOOTSTRAP_SEED)
-    for arm, traces in arms.items():
+    for i, (arm, traces) in enumerate(arms.items()):
+        style = {"linestyle": LINE_STYLES[i % len(LINE_STYLES)], "linewidth": 2.4 - 0.5 * (i % 3)}  # overlaps show
         solved = solved_by_node(traces)
-        ax1.step(range(len(solved)), solved, where="post", label=f"{arm} ({len(traces)} searches)")
+        ax1.step(range(len(solved)), solved, where="post", label=f"{arm} ({len(traces)} searches)", **style)
         curves = [best_accuracy_by_node(t) for t in traces]
         mean = [sum(c[k] for c in curves) / len(curves) for k in range(len(curves[0]))]
         boots = [[sum(curves[rng.randrange(len(curves))][k] for _ in curves) / len(curves) for k in range(len(mean))]
                  for _ in range(resamples)]
         lo = [percentile(sorted(b[k] for b in boots), 2.5) for k in range(len(mean))]
         hi = [percentile(sorted(b[k] for b in boots), 97.5) for k in range(len(mean))]
-        line = ax2.plot(range(len(mean)), mean, marker="o", ms=3, label=arm)[0]
+        line = ax2.plot(range(len(mean)), mean, marker="o", ms=3, label=arm, **style)[0]
         ax2.fill_between(range(len(mean)), lo, hi, alpha=0.2, color=line.get_color())
         xs, ys = solved_by_tokens(traces)
-        ax3.step(xs, ys, where="post", label=arm)
+        ax3.step(xs, ys, where="post", label=arm, **style)
     ref = next(iter(arms.values()))[0]["knobs"]
     ax2.axhline(ref["gold_threshold"], color="gray", linestyle=":", label="gold threshold")
     for ax, xlabel, ylabel in ((ax1, "node index k (search step)", "share of searches gold by node k"),
@@ -284,7 +292,10 @@ def plot_arms(arms: dict[str, list[dict[str, Any]]], path: str | Path, resamples
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel, fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
-    ax1.set_ylim(-0.02, 1.02)
+    for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in (ax1, ax3):
+        ax.set_ylim(-0.02, 1.02)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110)

@@ -47,7 +47,7 @@ def measure(operator: HFOperator, tasks, samples: int, knobs: RewardKnobs) -> di
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--temperatures", default="0.3,0.5,0.7,1.0")
+    parser.add_argument("--temperatures", default="0,0.3,0.5,0.7,1.0")
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--tasks", type=int, default=2)
     args = parser.parse_args(argv)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.compare import (CompareError, bootstrap_mean_ci, compare_arms, plot_arms, probability_of_improvement,
-                             sign_test, solved_by_node, steps_or_budget)
+                             sign_test, solved_by_node, solved_by_tokens, steps_or_budget)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -149,6 +149,9 @@ def test_similarity_to_the_sft_target_marks_a_copied_program():
 def test_curves_and_plot(tmp_path):
     traces = arm([0, 2, None, 1], max_iterations=3)
     assert solved_by_node(traces) == [0.25, 0.5, 0.75, 0.75]
+    # 150 tokens a node: gold at node 0, 1, 2 costs 150, 300, 450; the unsolved search spent 4 nodes = 600
+    assert solved_by_tokens(traces) == ([0, 150, 300, 450, 600], [0.0, 0.25, 0.5, 0.75, 0.75])
+    assert solved_by_tokens(arm([None, None], max_iterations=1)) == ([0, 300], [0.0, 0.0])
     path = plot_arms({"frozen": arm([None, 4]), "sft": arm([0, 1]), "trained": arm([0, 0])}, tmp_path / "trace.png",
                      resamples=100)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
