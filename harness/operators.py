@@ -137,13 +137,14 @@ class HFOperator(ChatOperator):
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.lm = AutoModelForCausalLM.from_pretrained(path).to(self.device).eval()
+        self.padded = self.device != "cpu"  # one padded generate per round (scripts/bench_batch.py measures both)
 
     def complete_batch(self, batch: list[list[dict[str, str]]], seeds: list[int]) -> list[Generation]:
         """One padded generate for the round on a GPU; on a CPU one request at a time. Measured with
         scripts/bench_batch.py on 2 cores (6 searches x 2 nodes, 160-token answers): a padded batch of 6
         ran 0.93x the speed of one-by-one (prefill of ~1.3k-token prompts dominates and decode cost grew
         with the batch), and a batch waits for its longest answer."""
-        if self.device == "cpu" and len(batch) > 1:
+        if not self.padded and len(batch) > 1:
             return [g for messages, seed in zip(batch, seeds) for g in self.complete_batch([messages], [seed])]
         import torch
 

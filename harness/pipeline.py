@@ -152,7 +152,7 @@ def check_task_sizes(cfg: Config) -> None:
     pages = n_pages("heldout")
     if cfg.trace_tasks > pages:
         raise ConfigError(f"W8_TRACE_TASKS={cfg.trace_tasks}: the held-out split has {pages} pages and each trace "
-                          "task needs its own")
+                          "task needs a page of its own")
     for name, split in (("trace_examples_per_obs", "heldout"), ("train_examples_per_obs", "train")):
         n = getattr(cfg, name)
         serviceable, largest = max_examples_per_obs(split)

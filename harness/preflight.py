@@ -91,7 +91,11 @@ def check_gpu_libraries(found: dict[str, str]) -> tuple[str, str]:
 
 def check_sandbox(info: dict[str, Any]) -> tuple[str, str]:
     if info.get("backend") == "daytona":
-        return "", "daytona backend"
+        if info.get("network_block_all") is not True:  # sandbox_info() only reports a sandbox that passed its checks
+            return "the Daytona sandbox is not running with a confirmed network block (closed or never started)", ""
+        return "", (f"daytona sandbox {info.get('sandbox')}: network block confirmed by the service and the probe, "
+                    f"Python {info.get('python')}, {info.get('slots')} slot(s) ({info.get('cpu')} CPU, "
+                    f"{info.get('memory_gib')} GiB)")
     if not info.get("namespaces"):
         return (f"the local sandbox has no namespaces ({info.get('reason') or 'not isolated'}): model code could "
                 "read the repo and reach the network; fix: run as root, or allow unprivileged user namespaces "

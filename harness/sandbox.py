@@ -8,7 +8,11 @@ Only `state` and `action` of each example leave the caller (an Example object
 is reduced to those two fields here); labels never enter the process that runs
 model code, so the caller scores the predictions. run_harness never raises
 because of what the code does: every failure is a HarnessRun with a reason.
-It raises SandboxError only when the sandbox itself cannot start.
+It raises SandboxError (one line) only when the sandbox itself cannot run
+programs: a local worker that cannot start, or, with W8_SANDBOX=daytona asked
+explicitly, a Daytona sandbox that cannot start (no key, service unreachable,
+block not confirmed, Python too old) or that failed several programs in a
+row; from then on every call raises it until close().
 
 Local backend: a fork-server. A pool of zygote processes (one per core,
 started lazily), each a fresh `python -S -s -P` running this file (standard
@@ -46,13 +50,21 @@ the rlimits, the process-group kill, the scrubbed environment and a private
 working directory hold; the repo is readable and the network reachable;
 sandbox_info() and a log line say so.
 
-Daytona backend: W8_SANDBOX=daytona, or auto with DAYTONA_API_KEY set. One
-Daytona sandbox (network blocked, ephemeral) per process; one
-`process.code_run` call runs a whole program's examples (this file's own
-runner, shipped inline, isolating again as far as the sandbox allows). A
-missing key or an unreachable service falls back to the local backend with
-one log line; the key is read from the env var only and masked in every
-message.
+Daytona backend (harness/sandbox_daytona.py): W8_SANDBOX=daytona, or auto
+with DAYTONA_API_KEY set. One Daytona sandbox per process, created with
+network_block_all, ephemeral, an auto-stop, a TTL and labels; used only once
+the service reports the block and a probe program inside reached neither a
+TCP address nor DNS (sandbox_info() shows the probe and the runner's
+isolation report). One `process.code_run` runs a whole program's examples
+(sandbox_runner.py's one-shot runner, on the sandbox's own Python), at most
+as many at once as the sandbox has CPUs. Transient errors are retried with
+backoff, a vanished sandbox is recreated; a program the sandbox still failed
+is an infra failure. In auto mode a sandbox that cannot start, or that fails
+MAX_FAILED_PROGRAMS programs in a row, sends this and later programs to the
+local backend with one log line; explicitly asked for, Daytona never falls
+back (SandboxError instead). Every fallback is recorded in
+sandbox_provenance(). The key is read from the env var only and masked in
+every message.
 """
 from __future__ import annotations
 
@@ -72,7 +84,7 @@ from typing import Any, Iterable
 
 from harness import sandbox_runner
 from harness.config import default
-from harness.sandbox_daytona import DaytonaBackend, mask
+from harness.sandbox_daytona import DaytonaBackend, DaytonaDown, describe, mask
 from harness.sandbox_protocol import (  # noqa: F401  (HarnessRun and SandboxError re-exported: the public API)
     RUNNER_PATH, HarnessRun, SandboxError, build_request, failed_run, parse_reply, text_problem,
 )
@@ -248,31 +260,41 @@ class _LocalPool:
 # ---- backend choice and the public API -----------------------------------
 
 MODES = ("auto", "local", "daytona")  # W8_SANDBOX
-_state: dict[str, Any] = {"pool": None, "daytona": None, "resolved": {}}
+# daytona_error: why Daytona, asked for explicitly, cannot run programs (every later call raises it)
+_state: dict[str, Any] = {"pool": None, "daytona": None, "resolved": {}, "daytona_error": None}
 _state_lock = threading.Lock()
 
 
 def _choose_backend(mode: str) -> str:
-    """local or daytona for the asked mode and DAYTONA_API_KEY; falls back to local with one log line."""
+    """local or daytona for the asked mode and DAYTONA_API_KEY (called under _state_lock).
+
+    auto: Daytona when the key is set and its sandbox starts, else local with one log line and a
+    recorded fallback. daytona: never local; SandboxError (one line) when it cannot start.
+    """
     key = os.environ.get("DAYTONA_API_KEY", "")
     if mode == "local" or (mode == "auto" and not key):
         return "local"
-    if not key:
-        log.warning("sandbox: W8_SANDBOX=daytona but DAYTONA_API_KEY is not set; running harness code locally")
-        _note_fallback("W8_SANDBOX=daytona but DAYTONA_API_KEY is not set")
-        return "local"
-    if _state["daytona"] is not None:
+    problem = _state["daytona_error"] or ("" if key else "W8_SANDBOX=daytona but DAYTONA_API_KEY is not set")
+    if not problem and _state["daytona"] is not None:
         return "daytona"
-    try:
+    if not problem:
         backend = DaytonaBackend(api_key=key)
-        backend.start()
-    except Exception as err:  # unreachable service, bad key, SDK missing: all mean "use local"
-        log.warning("sandbox: Daytona unavailable (%s); running harness code locally",
-                    mask(f"{type(err).__name__}: {err}", key)[:300])
-        _note_fallback(f"Daytona unavailable: {mask(f'{type(err).__name__}: {err}', key)[:200]}")
-        return "local"
-    _state["daytona"] = backend
-    return "daytona"
+        try:
+            backend.start()
+            _state["daytona"] = backend
+            return "daytona"
+        except Exception as err:  # unreachable service, bad key, no block, old Python, SDK missing
+            problem = "Daytona unavailable: " + mask(str(err) if isinstance(err, SandboxError) else describe(err, key),
+                                                      key)
+            backend.close()
+    if mode == "daytona":
+        if not _state["daytona_error"]:
+            _state["daytona_error"] = problem
+            log.error("sandbox: %s (W8_SANDBOX=daytona: not falling back to local)", problem)
+        raise SandboxError(problem)
+    log.warning("sandbox: %s; running harness code locally", problem)
+    _note_fallback(problem)
+    return "local"
 
 
 def _local_pool() -> _LocalPool:
@@ -289,6 +311,28 @@ def _backend(mode: str) -> str:
         if mode not in _state["resolved"]:
             _state["resolved"][mode] = _choose_backend(mode)
         return _state["resolved"][mode]
+
+
+def _retire_daytona(mode: str, problem: str) -> bool:
+    """Daytona stopped working: auto goes local for good; daytona raises from now on. The sandbox is
+    deleted once no mode uses it (in-flight programs then end as infra failures). True for the first
+    call per mode (the one that logs and records it)."""
+    with _state_lock:
+        first = _state["resolved"].get(mode) == "daytona"
+        if mode == "daytona":
+            _state["daytona_error"] = _state["daytona_error"] or problem
+        _state["resolved"].pop(mode, None)
+        if mode != "daytona":
+            _state["resolved"][mode] = "local"
+        backend = _state["daytona"]
+        if backend is not None and "daytona" not in _state["resolved"].values():
+            _state["daytona"] = None
+            _provenance["daytona"] = backend.info()
+        else:
+            backend = None
+    if backend is not None:
+        backend.close()
+    return first
 
 
 def run_harness(code: str, examples: Iterable[Any], timeout_s: float | None = None,
@@ -337,20 +381,33 @@ def _run_local(req: dict, n: int, started: float) -> HarnessRun:
 
 
 def _run_daytona(req: dict, n: int, started: float, mode: str) -> HarnessRun:
-    backend = _state["daytona"]
+    with _state_lock:
+        backend = _state["daytona"]
+    if backend is None:  # close() ran between choosing the backend and here
+        return failed_run(n, "the Daytona backend was closed before the program ran", time.monotonic() - started,
+                          "daytona", infra=True)
     try:
         return backend.run(req)
-    except Exception as err:  # the service went away mid-run: this and later programs run locally
-        log.warning("sandbox: Daytona run failed (%s); running harness code locally from now on",
-                    mask(f"{type(err).__name__}: {err}", backend.api_key)[:300])
-        with _state_lock:
-            _state["resolved"][mode] = "local"
-        _note_fallback(f"Daytona run failed: {mask(f'{type(err).__name__}: {err}', backend.api_key)[:200]}")
-        return _run_local(req, n, started)
+    except DaytonaDown as err:
+        problem = mask(str(err), backend.api_key)
+    except Exception as err:  # a fault of ours: one program's infra failure, never an exception out of here
+        line = describe(err, backend.api_key)
+        log.warning("sandbox: Daytona backend error: %s", line)
+        return failed_run(n, f"Daytona backend error: {line}", time.monotonic() - started, "daytona", infra=True)
+    first = _retire_daytona(mode, problem)
+    if mode == "daytona":
+        if first:
+            log.error("sandbox: %s (W8_SANDBOX=daytona: stopping, not falling back to local)", problem)
+        raise SandboxError(problem)
+    if first:
+        log.warning("sandbox: %s; running harness code locally from now on", problem)
+        _note_fallback(problem)
+    return _run_local(req, n, started)
 
 
-# What actually ran in this process: programs per backend, sandbox (infra) failures, fallbacks.
-_provenance: dict[str, Any] = {"requested": set(), "runs": {}, "infra_failures": 0, "fallbacks": []}
+# What actually ran in this process: programs per backend, sandbox (infra) failures, fallbacks,
+# and the last Daytona sandbox's confirmed state.
+_provenance: dict[str, Any] = {"requested": set(), "runs": {}, "infra_failures": 0, "fallbacks": [], "daytona": None}
 
 
 def _count(run: HarnessRun | None) -> None:
@@ -361,26 +418,37 @@ def _count(run: HarnessRun | None) -> None:
         _provenance["infra_failures"] += 1 if run is None else int(run.infra)
 
 
+_fallback_lock = threading.Lock()  # _note_fallback runs with and without _state_lock held
+
+
 def _note_fallback(reason: str) -> None:
-    _provenance["fallbacks"].append({"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "to": "local",
-                                     "reason": reason})
+    with _fallback_lock:
+        _provenance["fallbacks"].append({"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "to": "local",
+                                         "reason": reason})
 
 
 def sandbox_provenance() -> dict:
     """Which backend ran this process's programs: what was asked, what is in use, counts per backend,
-    sandbox failures and every fallback to local (recorded in run_config.json and summary.md)."""
+    sandbox failures, every fallback to local, and the Daytona sandbox's confirmed state (block, probe,
+    Python, retries, recreations) if one was used (recorded in run_config.json and summary.md)."""
     with _state_lock:
+        daytona = _state["daytona"].info() if _state["daytona"] is not None else _provenance["daytona"]
+        with _fallback_lock:
+            fallbacks = list(_provenance["fallbacks"])
         return {"requested": " + ".join(sorted(_provenance["requested"])) or "none",
                 "backend": " + ".join(sorted(set(_state["resolved"].values()))) or None,
                 "runs": dict(_provenance["runs"]), "infra_failures": _provenance["infra_failures"],
-                "fallbacks": list(_provenance["fallbacks"])}
+                "fallbacks": fallbacks, **({"daytona": daytona} if daytona else {})}
 
 
 def sandbox_info(backend: str | None = None) -> dict:
-    """Backend and what the local isolation holds (starts a worker if none ran yet)."""
+    """Backend and what its isolation holds: for local, the workers' report (starts a worker if none ran
+    yet); for daytona, the sandbox, the confirmed block, the probe and the runner's isolation report."""
     backend = _backend(default("sandbox") if backend is None else backend)
     if backend == "daytona":
-        return {"backend": "daytona"}
+        with _state_lock:
+            daytona = _state["daytona"]
+        return daytona.info() if daytona is not None else {"backend": "daytona", "closed": True}
     pool = _local_pool()
     if pool.isolation is None:
         pool._release(pool._acquire(), True)
@@ -391,7 +459,9 @@ def close() -> None:
     """Stop every worker and delete the Daytona sandbox; the next run starts afresh."""
     with _state_lock:
         pool, daytona = _state["pool"], _state["daytona"]
-        _state.update(pool=None, daytona=None, resolved={})
+        _state.update(pool=None, daytona=None, resolved={}, daytona_error=None)
+        if daytona is not None:
+            _provenance["daytona"] = daytona.info()
     if pool is not None:
         pool.close()
     if daytona is not None:
@@ -400,7 +470,7 @@ def close() -> None:
 
 def _forget_after_fork() -> None:
     """A forked caller must not share its parent's zygote pipes: start its own pool if it needs one."""
-    _state.update(pool=None, daytona=None, resolved={})
+    _state.update(pool=None, daytona=None, resolved={}, daytona_error=None)
 
 
 atexit.register(close)

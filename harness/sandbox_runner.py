@@ -40,6 +40,7 @@ SANDBOX_UID_BASE = 1_800_000_000  # + host pid of the launcher: a uid no other p
 FUNCTION_NAME = "is_legal_action"
 MAX_CODE_CHARS = 100_000  # the same bound as harness.interface
 RESULT_MARKER = "W8_SANDBOX_RESULT "
+RUNNER_MIN_PYTHON = (3, 7)  # the oldest interpreter the remote one-shot runner (_run_once) runs on
 FALLBACK_DIR_PREFIX = "w8-sandbox-"  # the private temp dir when there is no private root
 PRELOAD = ("re", "json", "string", "collections", "itertools", "functools", "math", "typing", "shutil")
 
@@ -725,26 +726,29 @@ def _drop_privileges(uid: int, in_user_ns: bool) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # set last: credential changes clear it
 
 
-def _isolate() -> dict:
+def _isolate(namespaces: bool = True) -> dict:
     """Enter namespaces, pivot into the private root, drop privileges. Returns what holds.
 
     Forks once: the launcher (the caller's child) waits, and its child, pid 1
     of the new pid namespace, returns from here to serve. Any step that fails
     is reported in "reason" and the rest go on from what is in place; without
     a private root the programs get a fresh temp dir ("private_dir", which the
-    caller removes).
+    caller removes). namespaces=False skips the namespaces and the private root
+    (the remote runner, inside a sandbox that already is one): the temp dir,
+    the uid drop and the seccomp filter remain.
     """
     uid = SANDBOX_UID_BASE + os.getpid()  # host pid of the launcher: no other process has this uid
     info = {"namespaces": False, "filesystem": "shared", "uid": os.getuid(), "private_dir": ""}
     problems, in_user_ns = [], False
-    try:
-        if os.geteuid() != 0:
-            _enter_user_namespace()
-            in_user_ns = True
-        os.unshare(os.CLONE_NEWNS | os.CLONE_NEWPID | os.CLONE_NEWNET | os.CLONE_NEWIPC | os.CLONE_NEWUTS)
-        info["namespaces"] = True
-    except OSError as err:
-        problems.append(f"namespaces unavailable: {err}")
+    if namespaces:
+        try:
+            if os.geteuid() != 0:
+                _enter_user_namespace()
+                in_user_ns = True
+            os.unshare(os.CLONE_NEWNS | os.CLONE_NEWPID | os.CLONE_NEWNET | os.CLONE_NEWIPC | os.CLONE_NEWUTS)
+            info["namespaces"] = True
+        except OSError as err:
+            problems.append(f"namespaces unavailable: {err}")
     if info["namespaces"]:
         _become_namespace_init()
         try:
@@ -840,13 +844,25 @@ def _zygote_main() -> None:
 
 
 def _run_once(request_b64: str) -> None:
-    """Entry of the Daytona runner: isolate as far as possible, run one request, print the reply."""
+    """Entry of the remote (Daytona) runner: run one request, print the reply after RESULT_MARKER.
+
+    Runs on the sandbox's own interpreter (Python RUNNER_MIN_PYTHON or newer; nothing
+    here needs os.unshare) and builds no namespaces: the remote sandbox is one. What it
+    adds is what the local fallback has: a fresh temp dir, removed afterwards; as root,
+    a uid no other process has (so the sweep reaches every process a program left);
+    the seccomp filter; the rlimits; the process-group kill.
+    """
     import base64
+    import shutil
     req = json.loads(base64.b64decode(request_b64))
-    info = _isolate()
+    info = _isolate(namespaces=False)
+    info["python"], info["remote"] = "%d.%d.%d" % sys.version_info[:3], True
     set_zygote_limits()
     reply, leftover = run_program(req)
     clean_up(leftover, None)
+    if info["private_dir"]:
+        os.chdir("/")
+        shutil.rmtree(info["private_dir"], ignore_errors=True)
     reply["isolation"] = info
     sys.stdout.write(RESULT_MARKER + json.dumps(reply) + "\n")
     sys.stdout.flush()

@@ -53,6 +53,11 @@ class SearchStateError(ValueError):
     """A saved search state does not belong to this search; the message names the mismatch."""
 
 
+class SandboxDown(SearchStateError):
+    """The sandbox failed a program twice (an infrastructure fault, not a score): the search stops
+    before recording the node, so a rerun resumes where it stopped."""
+
+
 @dataclass(frozen=True)
 class SearchKnobs:
     """Everything a search is run with besides the task and the operator (from the knob table)."""
@@ -301,6 +306,12 @@ class Search:
         start = time.perf_counter()
         task, reward = self.spec.task, self.spec.knobs.reward
         code, score, gold = score_with(gen.text, task.examples, reward)
+        if score.infra:  # the sandbox's fault, not the program's: once more, then stop rather than score it
+            code, score, gold = score_with(gen.text, task.examples, reward)
+            if score.infra:
+                raise SandboxDown(f"{self.spec.label or task.task_id}: the sandbox failed node "
+                                  f"{len(self.trace.nodes)} twice ({score.reason[:160]}); the search stopped "
+                                  "there and resumes from its saved state on a rerun")
         held = heldout_accuracy(code, self.spec.heldout, reward) if gold else None
         score_wall = time.perf_counter() - start
         return Node(index=len(self.trace.nodes), parent=self.parent, reward=score.reward,
@@ -335,14 +346,21 @@ def run_searches(specs: Sequence[SearchSpec], operator: Operator,
     batch: harness.operators.Operator.answer) and scores the answers in parallel in the
     sandbox, one worker per core. A search's state is saved after each of its nodes, so a
     killed round resumes: finished nodes are kept, the round's missing ones are asked again.
+    A program the sandbox fails twice raises SandboxDown after the round's other nodes are kept.
     """
     searches = [Search(spec, operator, progress) for spec in specs]
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
         while pending := [s for s in searches if not s.finished]:
             gens = operator.answer([s.ask() for s in pending])
-            nodes = list(pool.map(lambda pair: pair[0].score(pair[1]), zip(pending, gens)))
-            for search, node in zip(pending, nodes):
-                search.add(node)
+            futures = [pool.submit(search.score, gen) for search, gen in zip(pending, gens)]
+            down = None
+            for search, future in zip(pending, futures):
+                try:
+                    search.add(future.result())
+                except SandboxDown as err:  # keep the round's other nodes, then stop
+                    down = down or err
+            if down:
+                raise down
     return [s.trace for s in searches]
 
 

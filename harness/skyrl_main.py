@@ -17,9 +17,10 @@ What we add to SkyRL's own loop, all through its public hooks:
 - `HarnessGenerator` (SkyRLGymGenerator + `harness/*` rollout metrics): per batch the reward
   mean/std, valid-program rate, sandbox-failure rate and the share of zero-variance groups
   (groups whose samples all scored the same: no GRPO signal);
-- `TrainingGuard`: the first batches (eval before training included) stop the run with one
-  line when the sandbox failed on every program, or when no program in any group was valid,
-  instead of training on all-zero rewards and reporting "trained = frozen".
+- `TrainingGuard`: any batch whose every program the sandbox failed (a remote sandbox gone for
+  good mid-run included) stops the run with one line, and so do the first batches (eval before
+  training included) when no program in any group was valid, instead of training on all-zero
+  rewards and reporting "trained = frozen".
 Before any GPU work the rows are re-checked with the policy's real tokenizer (prompt length,
 dataset size, the one token budget): the dry-run could only estimate.
 """
@@ -83,14 +84,14 @@ class TrainingGuard:
         self.batches, self.seen, self.empty = batches, 0, 0
 
     def check(self, stats: dict, env_metrics: Sequence[dict]) -> None:
-        if self.seen >= self.batches:
-            return
         self.seen += 1
         reason = next((str(m.get("reason")) for m in env_metrics if m.get("reason")), "")
-        if stats["samples"] and stats["sandbox_failure_rate"] >= 1.0:
+        if stats["samples"] and stats["sandbox_failure_rate"] >= 1.0:  # any batch: a sandbox gone mid-run too
             raise TrainingGuardError(f"the sandbox failed on all {int(stats['samples'])} programs of batch "
                                      f"{self.seen} ({reason[:160]}): fix the sandbox (python -c 'from "
                                      "harness.sandbox import sandbox_info; print(sandbox_info())') before training")
+        if self.seen > self.batches:
+            return
         self.empty = self.empty + 1 if stats["valid_rate"] == 0.0 else 0
         if self.empty >= self.batches:
             raise TrainingGuardError(f"no valid program in any group of the first {self.batches} batches (last "

@@ -98,8 +98,14 @@ def sandbox_lines(config: dict) -> list[str]:
         runs = ", ".join(f"{backend} {n}" for backend, n in sorted((record.get("runs") or {}).items())) or "none"
         falls = record.get("fallbacks") or []
         fallback = "; fallbacks: " + "; ".join(f"{f['at']} {f['reason']}" for f in falls) if falls else ""
+        day = record.get("daytona") or {}
+        daytona = (f"; Daytona sandbox {day.get('sandbox')}: network block "
+                   f"{'confirmed' if day.get('network_block_all') else 'NOT confirmed'} (probe reached "
+                   f"{', '.join(k for k, v in (day.get('probe') or {}).items() if v) or 'nothing'}), Python "
+                   f"{day.get('python')}, {day.get('slots')} slot(s), retries {(day.get('stats') or {}).get('retries', 0)}"
+                   f", recreated {(day.get('stats') or {}).get('recreated', 0)}") if day.get("sandbox") else ""
         lines.append(f"- {step}: asked {record.get('requested')}, programs run: {runs}, sandbox failures "
-                     f"{record.get('infra_failures', 0)}{fallback}")
+                     f"{record.get('infra_failures', 0)}{fallback}{daytona}")
     return lines
 
 

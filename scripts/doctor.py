@@ -9,7 +9,11 @@
 3. `sky` installed (PATH or .venv-sky) and the gcloud CLI SkyPilot calls;
 4. `sky check gcp` under scoped env vars only (GOOGLE_APPLICATION_CREDENTIALS,
    CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE, CLOUDSDK_CORE_PROJECT, CLOUDSDK_CONFIG);
-5. Daytona: DAYTONA_API_KEY configured, or the sandbox falls back to local processes.
+5. Daytona, one line each: DAYTONA_API_KEY set or not (never printed); the service reachable
+   and the key accepted, or not (offline: "not reachable", not a failure); the network block
+   confirmed or not: with the key accepted, a sandbox is created as a GRPO run creates it
+   (network_block_all, ephemeral), checked (the service's report, a probe program's TCP connect
+   and DNS lookup must fail) and deleted, the only thing doctor creates (`--no-daytona-probe` skips it).
 
 Never runs `gcloud auth`, never edits gcloud config, never prints a key or token.
 Ends with one line: k/n checks ok; exit 1 if a check failed.
@@ -27,6 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.cloud import CloudError, key_path, load_service_account, mint_token, run_sky, sky_executable  # noqa: E402
+from harness.sandbox_daytona import DaytonaBackend, check_service, describe  # noqa: E402
+from harness.sandbox_protocol import SandboxError  # noqa: E402
 
 SKY_CHECK_TIMEOUT_S = 600  # the first sky call also starts SkyPilot's local API server (~1-2 min)
 
@@ -107,13 +113,37 @@ def check_sky_gcp(report: Report, key_file: Path) -> None:
     report.line(enabled, "sky check gcp", "GCP enabled" if enabled else (reason or "GCP not enabled")[:300])
 
 
-def check_daytona(report: Report) -> None:
-    if os.environ.get("DAYTONA_API_KEY"):
-        report.line(None, "daytona", "DAYTONA_API_KEY is set: make launch passes it as a SkyPilot secret; "
-                    "W8_SANDBOX=auto uses Daytona")
-    else:
+def check_daytona(report: Report, probe: bool = True) -> None:
+    """Key, reachability, block: one line each; offline is information, a refused key or block a failure."""
+    key = os.environ.get("DAYTONA_API_KEY", "")
+    if not key:
         report.line(None, "daytona", "DAYTONA_API_KEY not set: the sandbox falls back to local processes "
                     "(optional)")
+        return
+    report.line(None, "daytona", "DAYTONA_API_KEY is set: make launch passes it as a SkyPilot secret; "
+                "W8_SANDBOX=auto uses Daytona")
+    reached, text = check_service(key)
+    if reached is None:
+        text += "; W8_SANDBOX=auto would run harness code locally, W8_SANDBOX=daytona would stop"
+    report.line(reached, "daytona service", text)
+    if not reached or not probe:
+        report.line(None, "daytona block", "not confirmed: " + ("--no-daytona-probe" if reached else
+                                                                "the service was not reached"))
+        return
+    backend = DaytonaBackend(api_key=key)
+    try:
+        backend.start()
+        info = backend.info()
+    except Exception as err:  # SandboxError says why in one line; anything else is described, masked
+        why = str(err) if isinstance(err, SandboxError) else describe(err, key)
+        report.line(False, "daytona block", f"not confirmed: {why}")
+        return
+    finally:
+        backend.close()
+    reached_nothing = " nor ".join(name.split(" ", 1)[1] for name in info["probe"])
+    report.line(True, "daytona block", f"confirmed: sandbox {info['sandbox']} reported network_block_all and a probe "
+                f"program reached neither {reached_nothing} (Python {info['python']}, {info['cpu']} CPU, "
+                f"{info['memory_gib']:g} GiB: {info['slots']} program(s) at a time); deleted")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--key", type=Path, default=None,
                         help="service-account JSON [W8_GCP_KEY_FILE or .gcp-service-account.json]")
+    parser.add_argument("--no-daytona-probe", action="store_true",
+                        help="do not create a Daytona sandbox to confirm the network block")
     args = parser.parse_args(argv)
     args.key = args.key or key_path()
     report = Report()
@@ -131,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         check_sky_gcp(report, args.key)
     else:
         report.line(None, "sky check gcp", "skipped: " + ("no network to Google" if key_ok else "no usable key"))
-    check_daytona(report)
+    check_daytona(report, probe=not args.no_daytona_probe)
     ok = sum(report.results)
     print(f"doctor: {ok}/{len(report.results)} checks ok" + ("" if all(report.results) else " - see FAIL lines"))
     return 0 if all(report.results) else 1

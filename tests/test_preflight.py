@@ -95,7 +95,8 @@ def test_probe_gpu_libraries_reports_versions_and_import_errors():
 
 
 @pytest.mark.parametrize("info, problem", [
-    ({"backend": "daytona"}, None),
+    ({"backend": "daytona", "sandbox": "sb-1", "network_block_all": True, "python": "3.12.3", "slots": 1}, None),
+    ({"backend": "daytona", "closed": True}, "the Daytona sandbox is not running with a confirmed network block"),
     ({"backend": "local", "namespaces": True, "filesystem": "pivot_root", "seccomp": True, "workers": 2}, None),
     ({"backend": "local", "namespaces": False, "filesystem": "shared", "reason": "namespaces unavailable: EPERM"},
      "the local sandbox has no namespaces (namespaces unavailable: EPERM)"),
@@ -104,6 +105,8 @@ def test_check_sandbox(info, problem):
     found, _ = preflight.check_sandbox(info)
     if problem is None:
         assert found == ""
+    elif info["backend"] == "daytona":
+        assert found.startswith(problem)
     else:
         assert problem in found and "W8_SANDBOX=daytona with DAYTONA_API_KEY" in found and "run as root" in found
 

@@ -2,8 +2,8 @@
 
 Each test runs real model-style code through run_harness (real zygotes, real
 namespaces where the machine has them) and checks that the run ends contained,
-with a reason, and that nothing outside the sandbox changed. The Daytona tests
-use a fake client at the SDK boundary (no Daytona service is reachable here).
+with a reason, and that nothing outside the sandbox changed. The Daytona backend's
+tests (the real SDK against a stub service on 127.0.0.1) are in tests/test_daytona.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import sandbox, sandbox_daytona
+from harness import sandbox
 from harness.dataset import Example
 from harness.sandbox import SANDBOX_UID_BASE, STDOUT_TAIL_CHARS, HarnessRun, run_harness
 
@@ -705,99 +705,3 @@ def test_a_non_root_caller_gets_the_same_isolation_through_a_user_namespace(tmp_
     info = result["info"]
     assert info["namespaces"] and info["filesystem"] == "pivot_root" and info["seccomp"], info
     assert result["predictions"] == [True]  # repo unreadable, no capabilities inside
-
-
-# ---- Daytona: a fake client at the SDK boundary -------------------------
-
-class FakeResponse:
-    def __init__(self, exit_code: int, result: str):
-        self.exit_code, self.result = exit_code, result
-
-
-class FakeProcess:
-    """Stands in for daytona's sandbox.process: runs the shipped script in a local interpreter."""
-
-    def __init__(self, calls: list):
-        self.calls = calls
-
-    def code_run(self, code: str, params=None, timeout=None):
-        import subprocess
-        self.calls.append(code)
-        done = subprocess.run([sys.executable, "-S", "-"], input=code, capture_output=True, text=True,
-                              timeout=timeout, env={"PATH": "/usr/bin:/bin"}, cwd="/")
-        return FakeResponse(done.returncode, done.stdout)
-
-
-class FakeDaytona:
-    """The slice of daytona.Daytona that the backend uses: create() and delete()."""
-
-    def __init__(self):
-        self.calls, self.created, self.deleted = [], [], []
-
-    def create(self, params=None, timeout=60):
-        sandbox_obj = type("FakeSandbox", (), {})()
-        sandbox_obj.process = FakeProcess(self.calls)
-        self.created.append(params)
-        return sandbox_obj
-
-    def delete(self, sandbox_obj, timeout=60, wait=False):
-        self.deleted.append(sandbox_obj)
-
-
-@pytest.fixture
-def fake_daytona(monkeypatch):
-    fake = FakeDaytona()
-    monkeypatch.setattr(sandbox_daytona, "_make_daytona_client", lambda api_key: fake)
-    monkeypatch.setenv("DAYTONA_API_KEY", "dtn-secret-key-123")
-    sandbox.close()
-    yield fake
-    sandbox.close()
-
-
-def test_daytona_backend_with_fake_client_at_sdk_boundary(fake_daytona, caplog):
-    marker = f"LABEL-{uuid.uuid4().hex}"
-    examples = [Example(state=STATE, action=a, legal=True, error=marker) for a in ACTIONS]
-    with caplog.at_level(logging.INFO):
-        r = run_harness(GOOD, examples, backend="daytona")
-        loop = run_harness("def is_legal_action(state, action):\n    while True:\n        pass\n    return True\n",
-                           EXAMPLES[:2], timeout_s=1.0, per_example_timeout_s=0.2, backend="daytona")
-    assert r.backend == "daytona" and r.ok and r.predictions == GOOD_PREDICTIONS, caplog.text
-    assert loop.backend == "daytona" and loop.predictions == (None, None) and "timed out" in loop.example_errors[0]
-    assert len(fake_daytona.calls) == 2  # one sandbox call per program, all examples batched
-    assert len(fake_daytona.created) == 1 and fake_daytona.created[0].network_block_all is True
-    assert all(marker not in call and "dtn-secret-key-123" not in call for call in fake_daytona.calls)
-    assert "dtn-secret-key-123" not in caplog.text
-    sandbox.close()
-    assert len(fake_daytona.deleted) == 1
-
-
-def test_daytona_without_a_key_falls_back_to_local_with_one_log_line(monkeypatch, caplog):
-    monkeypatch.delenv("DAYTONA_API_KEY", raising=False)
-    sandbox.close()
-    with caplog.at_level(logging.WARNING, logger="harness.sandbox"):
-        first = run_harness(GOOD, EXAMPLES, backend="daytona")
-        second = run_harness(GOOD, EXAMPLES, backend="daytona")
-    sandbox.close()
-    assert (first.backend, second.backend) == ("local", "local") and first.predictions == GOOD_PREDICTIONS
-    lines = [r.getMessage() for r in caplog.records if r.name == "harness.sandbox"]
-    assert len(lines) == 1 and "DAYTONA_API_KEY is not set" in lines[0]
-
-
-@pytest.mark.slow  # imports the real SDK: about 4 s of CPU
-def test_daytona_unreachable_service_falls_back_to_local_with_the_key_masked(monkeypatch, caplog):
-    """The real SDK against a closed local port: nothing is mocked here."""
-    key = "dtn-unreachable-key-456"
-    monkeypatch.setenv("DAYTONA_API_KEY", key)
-    monkeypatch.setenv("DAYTONA_API_URL", "http://127.0.0.1:9/api")
-    sandbox.close()
-    with caplog.at_level(logging.WARNING, logger="harness.sandbox"):
-        r = run_harness(GOOD, EXAMPLES, backend="auto")
-    sandbox.close()
-    assert r.backend == "local" and r.predictions == GOOD_PREDICTIONS
-    lines = [rec.getMessage() for rec in caplog.records if rec.name == "harness.sandbox"]
-    assert len(lines) == 1 and "Daytona unavailable" in lines[0]
-    assert key not in caplog.text
-
-
-def test_mask_hides_the_key_everywhere():
-    assert sandbox_daytona.mask("auth failed for key abc123 (abc123)", "abc123") == "auth failed for key *** (***)"

@@ -15,8 +15,8 @@ from harness.config import load_config
 from dataclasses import replace
 
 from harness.operators import ChatOperator, DeterministicOperator, Generation, Operator
-from harness.search import (Node, SearchKnobs, SearchStateError, Trace, run_search, steps_to_first_gold,
-                            thompson_pick, without_timing)
+from harness.search import (Node, SandboxDown, SearchKnobs, SearchSpec, SearchStateError, Trace, run_search,
+                            run_searches, steps_to_first_gold, thompson_pick, without_timing)
 
 def knobs(**over):
     """SearchKnobs from the knob table (local sandbox), with some knobs set: how the pipeline builds them."""
@@ -184,6 +184,21 @@ def test_bad_operator_output_never_kills_the_search(task):
     assert all(n["reason"] for n in nodes if not n["valid"])
     assert "syntax" in nodes[5]["reason"]
     assert t["tokens"] == {"prompt": 10 + 5 * 20, "completion": 5 + 5 * 7, "total": 150}
+
+
+def test_a_sandbox_that_fails_stops_the_search_instead_of_scoring_zeros(task, tmp_path, monkeypatch):
+    """W8_SANDBOX=daytona asked for explicitly with no key: the sandbox cannot run anything (a real
+    SandboxError, no fake). The search stops before recording a node, keeps the round's other
+    searches' nodes, and says so in one line."""
+    monkeypatch.delenv("DAYTONA_API_KEY", raising=False)
+    broken = replace(knobs(), reward=replace(knobs().reward, sandbox="daytona"))
+    specs = [SearchSpec(task, knobs(), state_path=tmp_path / "ok.json"),
+             SearchSpec(task, broken, state_path=tmp_path / "down.json", label="down")]
+    with pytest.raises(SandboxDown) as err:
+        run_searches(specs, DeterministicOperator(), progress=None)
+    assert "\n" not in str(err.value) and str(err.value).startswith("down: the sandbox failed node 0 twice")
+    assert json.loads((tmp_path / "ok.json").read_text())["trace"]["n_nodes"] == 1
+    assert not (tmp_path / "down.json").exists()
 
 
 def test_state_of_another_search_is_refused(task, tmp_path):

@@ -128,6 +128,22 @@ def test_guard_stops_on_a_broken_sandbox(rows, tokenizer, monkeypatch):
         sandbox.close()
 
 
+def test_guard_stops_on_a_sandbox_lost_after_the_first_batches(rows, tokenizer, monkeypatch):
+    """The sandbox check holds for every batch, not only the first ones the valid-rate check watches."""
+    _, path = rows
+    cfg, batch, _ = skyrl_batch(path, tokenizer, n_samples=2)
+    generator = generator_with(cfg, tokenizer, [ORACLE])
+    for _ in range(3):  # past GUARD_BATCHES
+        asyncio.run(generator.generate(batch, disable_tqdm=True))
+    sandbox.close()
+    monkeypatch.setattr(sandbox, "RUNNER_PATH", str(TESTS / "no-such-runner.py"))
+    try:
+        with pytest.raises(TrainingGuardError, match="the sandbox failed on all 4 programs of batch 4"):
+            asyncio.run(generator.generate(batch, disable_tqdm=True))
+    finally:
+        sandbox.close()
+
+
 def test_group_stats_counts_zero_variance_groups():
     stats = group_stats(["a", "a", "b", "b", "c", "c"], [1.0, 1.0, 0.0, 0.5, 0.0, 0.0],
                         [{"valid": 1.0}] * 2 + [{"valid": 1.0}, {"valid": 0.0}] + [{"valid": 0.0}] * 2)

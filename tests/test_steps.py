@@ -76,3 +76,25 @@ def test_examples_per_obs_the_snapshot_cannot_serve_stops_at_start(step_env):
         "error: W8_TRACE_EXAMPLES_PER_OBS=35: no heldout observation can give 35 balanced examples (the snapshot's "
         "largest observation has 34 actions)"]
     assert not run_dir.exists()  # refused before anything was written or loaded
+
+
+def test_summary_says_which_sandbox_ran_and_what_daytona_confirmed():
+    """The provenance record of run_config.json as summary.md prints it: fallbacks with their reason,
+    and a Daytona sandbox's confirmed block, probe, Python and retries."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("compare_step", REPO / "scripts" / "05_compare.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = {"sandbox": {
+        "01_frozen_trace": {"requested": "auto", "runs": {"daytona": 4, "local": 2}, "infra_failures": 3,
+                            "fallbacks": [{"at": "2026-12-03T10:00:00Z", "to": "local",
+                                           "reason": "Daytona failed 3 programs in a row (last: x)"}],
+                            "daytona": {"sandbox": "sb-1", "network_block_all": True, "python": "3.11.9", "slots": 1,
+                                        "probe": {"tcp 1.1.1.1:53": False, "dns example.com": False},
+                                        "stats": {"retries": 5, "recreated": 1}}},
+        "03_grpo": {"requested": "local", "runs": {"local": 8}, "infra_failures": 0, "fallbacks": []}}}
+    first, second = module.sandbox_lines(config)
+    assert first == ("- 01_frozen_trace: asked auto, programs run: daytona 4, local 2, sandbox failures 3; fallbacks: "
+                     "2026-12-03T10:00:00Z Daytona failed 3 programs in a row (last: x); Daytona sandbox sb-1: network "
+                     "block confirmed (probe reached nothing), Python 3.11.9, 1 slot(s), retries 5, recreated 1")
+    assert second == "- 03_grpo: asked local, programs run: local 8, sandbox failures 0"
