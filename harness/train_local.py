@@ -30,6 +30,7 @@ from harness.hparams import Hparams
 from harness.metrics import write_metrics
 from harness.files import shown_path
 from harness.models import check_model_dir
+from harness.sandbox_protocol import SandboxError
 from harness.training_data import TrainingData, check_skyrl_parquet
 
 @dataclass
@@ -150,7 +151,7 @@ class EnvReward:
 
     def __call__(self, prompts, completions, reward_spec, extra_info, log_metric=None, **kwargs):
         start = time.monotonic()
-        rewards, valid, bacc = [], [], []
+        rewards, valid, bacc, failed, reason = [], [], [], 0, ""
         for completion, spec, info in zip(completions, reward_spec, extra_info):
             text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
             env = HarnessLegalityEnv(extras={"reward_spec": spec, "extra_info": info})
@@ -158,6 +159,11 @@ class EnvReward:
             rewards.append(float(out["reward"]))
             valid.append(out["metadata"]["valid"])
             bacc.append(out["metadata"]["balanced_accuracy"])
+            if out["metadata"]["sandbox_failed"]:
+                failed, reason = failed + 1, reason or str(out["metadata"].get("reason", ""))
+        if rewards and failed == len(rewards):  # the rule of skyrl_main.TrainingGuard: no training on sandbox zeros
+            raise SandboxError(f"the sandbox failed on all {failed} programs of a GRPO batch ({reason[:160]}): "
+                               "stopping instead of training on zero rewards")
         self.seconds += time.monotonic() - start
         self.calls += len(rewards)
         if log_metric is not None:

@@ -142,3 +142,23 @@ def test_results_name_models_without_machine_paths(tmp_path):
     assert shown_path(run / "sft" / "global_step_4" / "policy", run) == "sft/global_step_4/policy"
     assert shown_path(WORK_DIR / "models" / "smollm2-135m-instruct", run) == "models/smollm2-135m-instruct"
     assert shown_path("Qwen/Qwen2.5-Coder-1.5B-Instruct", run) == "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+
+
+def test_grpo_reward_stops_when_the_sandbox_failed_every_program(monkeypatch):
+    """Rows asking for W8_SANDBOX=daytona with no key: the sandbox runs nothing (a real SandboxError
+    inside the reward). A batch of only sandbox failures stops training instead of giving zeros; a
+    batch with a real score in it trains."""
+    from harness.dataset import make_task
+    from harness.sandbox_protocol import SandboxError
+    from harness.train_local import EnvReward
+
+    monkeypatch.delenv("DAYTONA_API_KEY", raising=False)
+    task = make_task("train", 0, 8)
+    broken = skyrl_row(task, replace(REWARD, sandbox="daytona"))
+    fine = skyrl_row(task, REWARD)
+    answer = [{"role": "assistant", "content": f"```python\n{TINY_PROGRAM}\n```"}]
+    with pytest.raises(SandboxError, match="the sandbox failed on all 2 programs of a GRPO batch"):
+        EnvReward()(None, [answer, answer], [broken["reward_spec"]] * 2, [broken["extra_info"]] * 2)
+    rewards = EnvReward()(None, [answer, answer], [broken["reward_spec"], fine["reward_spec"]],
+                          [broken["extra_info"], fine["extra_info"]])
+    assert rewards[0] == 0.0 and rewards[1] > 0.0
