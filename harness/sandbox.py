@@ -84,7 +84,8 @@ from typing import Any, Iterable
 
 from harness import sandbox_runner
 from harness.config import default
-from harness.sandbox_daytona import DaytonaBackend, DaytonaDown, describe, mask
+from harness.daytona_faults import describe, mask
+from harness.sandbox_daytona import DaytonaBackend, DaytonaDown
 from harness.sandbox_protocol import (  # noqa: F401  (HarnessRun and SandboxError re-exported: the public API)
     RUNNER_PATH, HarnessRun, SandboxError, build_request, failed_run, parse_reply, text_problem,
 )

@@ -10,11 +10,9 @@ The script is harness/sandbox_runner.py's own source plus a call of its one-shot
 (`_run_once`), so the remote side runs the local runner's code on the sandbox's own
 Python (checked once at start against RUNNER_MIN_PYTHON), without rebuilding namespaces.
 
-Faults, as the `daytona` SDK (0.224.0) reports them: `create`/`delete`/`list` raise the
-SDK's DaytonaError subclasses (`status_code`, `headers`); `process.code_run` raises the
-toolbox client's raw ApiException/ServiceException (`status`, `headers`) and urllib3's
-ReadTimeoutError/MaxRetryError. Each call is retried with exponential backoff and jitter,
-honouring Retry-After, on 429/502/503/504 and on connection errors and timeouts; a sandbox
+Faults (harness/daytona_faults.py reads them off the SDK's exceptions): each call is
+retried with exponential backoff and jitter, honouring Retry-After, on 429/502/503/504 and
+on connection errors and timeouts; a sandbox
 that answers 404/410 (stopped when idle, then deleted as ephemeral) is recreated once per
 program. A create that timed out may have left a sandbox (DaytonaTimeoutError carries no
 sandbox id in 0.224.0): each create carries a unique `w8-create` label, and whatever a
@@ -32,27 +30,23 @@ the key) is ever printed or logged. check_service() is the doctor's reachability
 from __future__ import annotations
 
 import base64
-import email.utils
 import json
 import logging
 import math
 import os
-import random
 import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from harness.daytona_faults import Backoff, classify, describe, may_have_reached, retry_after_s, status_of
 from harness.sandbox_protocol import RUNNER_PATH, HarnessRun, SandboxError, build_request, failed_run, parse_reply
 from harness.sandbox_runner import MEMORY_LIMIT_BYTES, RESULT_MARKER, RUNNER_MIN_PYTHON
 
 log = logging.getLogger("harness.sandbox")
 
 MAX_FAILED_PROGRAMS = 3  # programs in a row the sandbox failed (after retries) before DaytonaDown
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
-GONE_STATUSES = frozenset({404, 410})
 AUTO_STOP_MINUTES = 30  # idle minutes before the service stops the sandbox (then deletes it: ephemeral)
 TTL_MINUTES = 24 * 60  # the service destroys the sandbox this long after creation, whatever its state
 CREATE_TIMEOUT_S = 120.0
@@ -62,7 +56,6 @@ LABEL_APP = "agent-rein"
 PROBE_TCP = ("1.1.1.1", 53)  # a public address the probe must not reach
 PROBE_DNS = "example.com"  # a public name the probe must not resolve
 PROBE_TIMEOUT_S = 15.0
-DESCRIBE_CHARS = 200
 CLEANUP_ATTEMPTS = 3  # tries of a delete or list: cleanup must not hold a fallback or an exit for minutes
 
 VERSION_SCRIPT = ('import sys\nsys.stdout.write("%s" + ".".join(str(v) for v in sys.version_info[:3]) + "\\n")\n'
@@ -114,115 +107,6 @@ class _CallFailed(Exception):
     def __init__(self, line: str, kind: str):
         super().__init__(line)
         self.kind = kind
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Retries of one SDK call: `attempts` tries in all, waits base_s * 2**i with jitter, capped;
-    a Retry-After the service sent wins (capped too). `sleep` is injectable for tests."""
-
-    attempts: int = 8
-    base_s: float = 1.0
-    cap_s: float = 60.0
-    sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
-
-    def delay(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(self.cap_s, max(0.0, retry_after))
-        return random.uniform(0.5, 1.0) * min(self.cap_s, self.base_s * 2 ** attempt)
-
-
-def mask(text: str, secret: str) -> str:
-    return text.replace(secret, "***") if secret else text
-
-
-def _chain(err: BaseException) -> list[BaseException]:
-    """err and what caused it (the SDK re-raises transport errors as DaytonaError from them)."""
-    seen: list[BaseException] = []
-    while err is not None and len(seen) < 6 and all(err is not s for s in seen):
-        seen.append(err)
-        err = err.__cause__ or err.__context__
-    return seen
-
-
-def status_of(err: BaseException) -> int | None:
-    """The HTTP status: DaytonaError.status_code, or the toolbox ApiException's status (0: no response)."""
-    for e in _chain(err):
-        for name in ("status_code", "status"):
-            value = getattr(e, name, None)
-            if type(value) is int and value > 0:
-                return value
-    return None
-
-
-def retry_after_s(err: BaseException) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or an HTTP date), if the service sent one."""
-    for e in _chain(err):
-        headers = getattr(e, "headers", None)
-        try:
-            items = list(headers.items()) if headers else []
-        except Exception:  # a headers object of another shape: no hint
-            items = []
-        for name, value in items:
-            if str(name).lower() != "retry-after":
-                continue
-            text = str(value).strip()
-            try:
-                return max(0.0, float(text))
-            except ValueError:
-                pass
-            try:
-                return max(0.0, email.utils.parsedate_to_datetime(text).timestamp() - time.time())
-            except (TypeError, ValueError, IndexError, OverflowError):
-                return None
-    return None
-
-
-def _is_transport(err: BaseException) -> bool:
-    """A connection error or timeout (no HTTP answer), wherever it sits in the chain."""
-    import urllib3.exceptions
-    names = {"DaytonaTimeoutError", "DaytonaConnectionError", "DaytonaConnectionTimeoutError"}
-    for e in _chain(err):
-        if isinstance(e, (urllib3.exceptions.HTTPError, TimeoutError, ConnectionError, socket.timeout)):
-            return True
-        if any(cls.__name__ in names for cls in type(e).__mro__):
-            return True
-    return False
-
-
-def may_have_reached(err: BaseException) -> bool:
-    """Whether a failed request may have been acted on: not when the service answered 4xx or the
-    connection was never made (refused, connect timeout), else yes (5xx, read timeout, dropped)."""
-    import urllib3.exceptions
-    status = status_of(err)
-    if status is not None:
-        return status >= 500
-    return not any(isinstance(e, urllib3.exceptions.ConnectTimeoutError) for e in _chain(err))  # NewConnectionError too
-
-
-def classify(err: BaseException) -> str:
-    """"gone" (404/410: the sandbox no longer exists), "retry" (429/502/503/504, connection
-    errors, timeouts) or "fatal" (anything else: bad key, bad request, a server error)."""
-    status = status_of(err)
-    if status in GONE_STATUSES:
-        return "gone"
-    if status in RETRY_STATUSES:
-        return "retry"
-    if status is None and _is_transport(err):
-        return "retry"
-    return "fatal"
-
-
-def describe(err: BaseException, secret: str) -> str:
-    """One masked line: type, status, the first line of the message (never headers or bodies)."""
-    status = status_of(err)
-    message = getattr(err, "message", None)
-    if not isinstance(message, str):
-        reason = getattr(err, "reason", None)  # the toolbox ApiException: its str() holds headers and body
-        message = reason if isinstance(reason, str) and hasattr(err, "status") else str(err)
-    lines = message.strip().splitlines()
-    text = type(err).__name__ + (f" {status}" if status else "") + (f": {lines[0]}" if lines else "")
-    return mask(text, secret)[:DESCRIBE_CHARS]
 
 
 def _make_daytona_client(api_key: str) -> Any:

@@ -31,7 +31,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.cloud import CloudError, key_path, load_service_account, mint_token, run_sky, sky_executable  # noqa: E402
-from harness.sandbox_daytona import DaytonaBackend, check_service, describe  # noqa: E402
+from harness.daytona_faults import describe  # noqa: E402
+from harness.sandbox_daytona import DaytonaBackend, check_service  # noqa: E402
 from harness.sandbox_protocol import SandboxError  # noqa: E402
 
 SKY_CHECK_TIMEOUT_S = 600  # the first sky call also starts SkyPilot's local API server (~1-2 min)

@@ -23,10 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import sandbox, sandbox_daytona
+from harness import daytona_faults, sandbox, sandbox_daytona
 from harness.dataset import Example
 from harness.sandbox import SandboxError, run_harness
-from harness.sandbox_daytona import MAX_FAILED_PROGRAMS, RUN_MARGIN_S, Backoff, DaytonaBackend
+from harness.daytona_faults import Backoff
+from harness.sandbox_daytona import MAX_FAILED_PROGRAMS, RUN_MARGIN_S, DaytonaBackend
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from daytona_stub import ERROR_SENTINEL, DaytonaStub, find_python, netns_prefix  # noqa: E402
@@ -367,9 +368,9 @@ def test_errors_are_one_masked_line_and_retry_after_dates_count():
                             status=503, reason="Service Unavailable")
     err = ServiceException(http_resp=response)
     assert ERROR_SENTINEL in str(err) and "\n" in str(err)  # what the toolbox client's own str() carries
-    assert sandbox_daytona.describe(err, KEY) == "ServiceException 503: Service Unavailable"
-    assert sandbox_daytona.classify(err) == "retry" and sandbox_daytona.retry_after_s(err) > 1e9
-    assert sandbox_daytona.mask(f"auth failed for key {KEY} ({KEY})", KEY) == "auth failed for key *** (***)"
+    assert daytona_faults.describe(err, KEY) == "ServiceException 503: Service Unavailable"
+    assert daytona_faults.classify(err) == "retry" and daytona_faults.retry_after_s(err) > 1e9
+    assert daytona_faults.mask(f"auth failed for key {KEY} ({KEY})", KEY) == "auth failed for key *** (***)"
 
 
 def load_doctor():
