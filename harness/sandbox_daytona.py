@@ -262,9 +262,10 @@ class DaytonaBackend:
         timeout = int(math.ceil(req["timeout_s"] + self.run_margin_s))
         return self._retry("code_run", lambda box: box.process.code_run(script, timeout=timeout), sandbox)
 
-    def _retry(self, what: str, call: Callable[[Any], Any], target: Any = None, attempts: int | None = None) -> Any:
+    def _retry(self, what: str, call: Callable[[Any], Any], target: Any = None, attempts: int | None = None,
+               on_error: Callable[[BaseException], None] | None = None) -> Any:
         """call(target), retried with backoff (backoff.attempts tries, or `attempts`); target None: the
-        shared sandbox, recreated once if gone."""
+        shared sandbox, recreated once if gone. `on_error` sees every exception."""
         recreated, attempt = target is not None, 0
         attempts = min(attempts or self.backoff.attempts, self.backoff.attempts)
         while True:
@@ -274,6 +275,8 @@ class DaytonaBackend:
             except Exception as err:
                 kind, line = classify(err), describe(err, self.api_key)
                 retry_after = retry_after_s(err)
+                if on_error is not None:
+                    on_error(err)
             if kind == "gone" and not recreated:
                 recreated = True
                 self._recreate(box, line)
@@ -316,26 +319,15 @@ class DaytonaBackend:
         create label and deleted (the SDK's DaytonaTimeoutError carries no sandbox id)."""
         token = uuid.uuid4().hex[:16]
         params = self._params(token)
-        maybe_left = False
-        attempt = 0
-        while True:
-            try:
-                sandbox = self._client.create(params, timeout=self.create_timeout_s)
-                break
-            except Exception as err:
-                kind, line = classify(err), describe(err, self.api_key)
-                retry_after = retry_after_s(err)
-                maybe_left = maybe_left or may_have_reached(err)
-            attempt += 1
-            if kind != "retry" or attempt >= self.backoff.attempts:
-                if maybe_left:
-                    self._delete_labelled(token, keep=None)
-                raise SandboxError(f"Daytona create: {line}") from None
-            delay = self.backoff.delay(attempt - 1, retry_after)
-            self.stats["retries"] += 1
-            log.info("sandbox: Daytona create: %s; retry %d in %.1fs", line, attempt, delay)
-            self.backoff.sleep(delay)
-        if maybe_left:
+        reached: list[bool] = []  # per failed attempt: may it have created a sandbox anyway?
+        try:
+            sandbox = self._retry("create", lambda client: client.create(params, timeout=self.create_timeout_s),
+                                  self._client, on_error=lambda err: reached.append(may_have_reached(err)))
+        except _CallFailed as err:
+            if any(reached):
+                self._delete_labelled(token, keep=None)
+            raise SandboxError(f"Daytona {err}") from None
+        if any(reached):
             self._delete_labelled(token, keep=getattr(sandbox, "id", None))
         self.stats["created"] += 1
         return sandbox
