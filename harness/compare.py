@@ -1,4 +1,4 @@
-"""The strict compare of a run's arms: paired steps_to_gold, bootstrap intervals, curves.
+"""The strict compare of a run's arms, task by task: paired statistics over held-out tasks, curves.
 
     from harness.compare import compare_arms, plot_arms
     result = compare_arms({"frozen": [...], "sft": [...], "trained": [...]}, sft_target=program_text)
@@ -10,19 +10,23 @@ The rules:
 - every arm searched the same (task, seed) pairs: the same tasks (task id, split, seed,
   observation, examples hash and count), the same search seeds, with the same knobs (gold
   threshold, budget, reward weight, C, sandbox timeout) and the same decoding (operator,
-  token budget, temperature, dtype, generation config); anything else is refused with a
+  token budget, temperature, dtype, sampling arguments); anything else is refused with a
   CompareError naming the field. A task with a class under 40% of its examples is refused,
-  so is an unfinished trace;
+  so is an unfinished trace. Searches are matched by their (task, seed) key, never by position;
 - gold is recomputed from each node's balanced accuracy and the threshold, never trusted
   from the file; a search that never reached gold counts as max_iterations + 1 steps;
-- for a pair of arms (A vs B) over their paired searches: the mean difference of steps with a
-  seeded paired-bootstrap 95% interval, whether that interval excludes zero, the two-sided
-  exact sign test, the probability of improvement P(A fewer steps than B) with ties counting
-  half, and the counts of shrunk / tied / grown pairs. `shrunk` keeps its strict meaning:
-  the mean steps of A strictly fewer than B's (equal is not success);
-- every first gold harness carries its accuracy on other held-out observations and its
-  similarity (difflib ratio) to the SFT target program: a gold harness that memorised its
-  task's examples, or that is the SFT target itself, shows there.
+- the unit of analysis is the held-out task: a task's value is the mean over its search seeds
+  (repeats inside a task, not independent evidence), and every test runs over tasks
+  (harness.stats: bootstrap over tasks, exact sign test, Wilcoxon signed-rank, the smallest
+  detectable effect). Four measures per pair of arms: mean steps to gold (its size depends on
+  the budget cap), solved within budget, node-0 gold rate and node-0 reward (budget-free; node
+  0 is the zero-shot answer, the very prompt GRPO trains on, so they are GRPO's own target);
+- `shrunk` keeps its strict meaning: the mean steps of A strictly fewer than B's (equal is not
+  success); a verdict in words goes with every comparison, and a comparison with trained vs sft
+  whose sft arm is already gold at node 0 on every task says there was no headroom;
+- every arm's node-0 programs and gold harnesses carry their similarity (difflib ratio) to the SFT
+  target program and the gold ones their accuracy on other held-out observations: a harness
+  that memorised its task's examples, or that is the SFT target itself, shows there.
 """
 
 from __future__ import annotations
@@ -38,17 +42,22 @@ from typing import Any, Sequence
 from harness.dataset import is_balanced, min_class_count
 from harness.files import atomic_path
 from harness.search import load_trace, steps_to_first_gold, write_json
+from harness.stats import BOOTSTRAP_SEED, RESAMPLES, paired_measure, percentile
 
-COMPARE_VERSION = 2
+COMPARE_VERSION = 3
 TASK_FIELDS = ("task_id", "split", "seed", "obs_id", "examples_per_obs", "examples_hash")
 KNOB_FIELDS = ("gold_threshold", "max_iterations", "reward_recall_weight", "search_c", "sandbox_timeout_s")
 # How the operator decodes: every arm must match (the model is the one thing that differs).
-DECODING_FIELDS = ("name", "max_new_tokens", "temperature", "dtype", "generation_config")
-# (A, B): does A need fewer steps than B? trained vs sft is what GRPO added on top of SFT.
-COMPARISONS = (("trained", "frozen"), ("sft", "frozen"), ("trained", "sft"), ("grpo_only", "frozen"),
+DECODING_FIELDS = ("name", "max_new_tokens", "temperature", "dtype", "generation_config", "do_sample", "top_p",
+                   "top_k")
+# (A, B): is A better than B? trained vs sft is what GRPO added on top of SFT.
+COMPARISONS = (("trained", "frozen"), ("trained", "sft"), ("sft", "frozen"), ("grpo_only", "frozen"),
                ("trained", "grpo_only"))
-RESAMPLES = 10_000
-BOOTSTRAP_SEED = 0
+# measure -> (lower is better, what it is)
+MEASURES = {"steps": (True, "mean steps to gold (not reached = budget + 1)"),
+            "solved": (False, "share of searches gold within the budget"),
+            "node0_gold": (False, "share of searches whose node 0 (the zero-shot answer) is gold"),
+            "node0_reward": (False, "reward of node 0 (the zero-shot answer)")}
 
 
 class CompareError(ValueError):
@@ -119,35 +128,36 @@ def steps_or_budget(trace: dict[str, Any]) -> int:
     return steps if steps is not None else trace["knobs"]["max_iterations"] + 1
 
 
-def sign_test(wins: int, losses: int) -> float:
-    """Two-sided exact sign test p-value for `wins` vs `losses` untied pairs (1.0 with none)."""
-    n = wins + losses
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, k) for k in range(min(wins, losses) + 1)) / 2**n
-    return min(1.0, 2 * tail)
+def node0_gold(trace: dict[str, Any]) -> bool:
+    return steps_to_first_gold(trace, trace["knobs"]["gold_threshold"]) == 0
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0..100) of sorted values, linear between neighbours (numpy's default)."""
-    pos = (len(sorted_values) - 1) * q / 100
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+def search_values(trace: dict[str, Any]) -> dict[str, float]:
+    """The four measures of one search (MEASURES)."""
+    steps = steps_or_budget(trace)
+    return {"steps": float(steps), "solved": float(steps <= trace["knobs"]["max_iterations"]),
+            "node0_gold": float(node0_gold(trace)), "node0_reward": float(trace["nodes"][0].get("reward", 0.0))}
 
 
-def bootstrap_mean_ci(values: Sequence[float], resamples: int = RESAMPLES, seed: int = BOOTSTRAP_SEED,
-                      level: float = 95.0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean: resample the values (pairs) with replacement."""
-    rng = random.Random(seed)
-    n = len(values)
-    means = sorted(sum(values[rng.randrange(n)] for _ in range(n)) / n for _ in range(resamples))
-    tail = (100 - level) / 2
-    return percentile(means, tail), percentile(means, 100 - tail)
+def task_key(trace: dict[str, Any]) -> tuple[str, str]:
+    return trace["task"]["task_id"], trace["task"]["examples_hash"]
 
 
-def probability_of_improvement(diffs: Sequence[float]) -> float:
-    """P(A needs fewer steps than B) over the pairs, a tie counting half."""
-    return sum(1.0 if d < 0 else 0.5 if d == 0 else 0.0 for d in diffs) / len(diffs)
+def by_task(traces: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Traces grouped by task, each group sorted by search seed (insertion order of first appearance)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for trace in traces:
+        groups.setdefault(task_key(trace), []).append(trace)
+    return {k: sorted(v, key=lambda t: t["knobs"].get("search_seed", 0)) for k, v in groups.items()}
+
+
+def task_values(traces: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, float]]:
+    """Per task, each measure averaged over the task's search seeds."""
+    out = {}
+    for key, group in by_task(traces).items():
+        values = [search_values(t) for t in group]
+        out[key] = {m: sum(v[m] for v in values) / len(values) for m in MEASURES}
+    return out
 
 
 def similarity(code: str, target: str | None) -> float | None:
@@ -155,9 +165,10 @@ def similarity(code: str, target: str | None) -> float | None:
     return None if target is None else round(difflib.SequenceMatcher(None, code, target).ratio(), 4)
 
 
-def first_gold_node(trace: dict[str, Any]) -> dict[str, Any] | None:
-    steps = steps_to_first_gold(trace, trace["knobs"]["gold_threshold"])
-    return None if steps is None else trace["nodes"][steps]
+def gold_nodes(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every gold node of a trace (gold recomputed)."""
+    threshold = trace["knobs"]["gold_threshold"]
+    return [n for n in trace["nodes"] if n.get("valid", True) and n["balanced_accuracy"] >= threshold]
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -167,55 +178,112 @@ def _mean(values: Sequence[float | None]) -> float | None:
 
 # ---- the compare ------------------------------------------------------------------------------
 
-def arm_summary(traces: list[dict[str, Any]], sft_target: str | None, resamples: int) -> dict[str, Any]:
-    steps = [steps_or_budget(t) for t in traces]
-    budget = traces[0]["knobs"]["max_iterations"]
-    golds = [first_gold_node(t) for t in traces]
-    lo, hi = bootstrap_mean_ci(steps, resamples)
-    return {"n": len(steps), "mean_steps": round(sum(steps) / len(steps), 4), "ci95": [round(lo, 4), round(hi, 4)],
-            "solved": sum(s <= budget for s in steps), "solved_share": round(sum(s <= budget for s in steps) / len(steps), 4),
+def arm_summary(traces: list[dict[str, Any]], sft_target: str | None) -> dict[str, Any]:
+    """An arm's numbers: per-task means averaged over tasks (n in tasks), and its programs' similarity."""
+    values = list(task_values(traces).values())
+    golds = [g for t in traces for g in gold_nodes(t)]
+    mean = {m: round(sum(v[m] for v in values) / len(values), 4) for m in MEASURES}
+    return {"n_tasks": len(values), "n_searches": len(traces), "mean_steps": mean["steps"],
+            "solved_share": mean["solved"], "node0_gold_rate": mean["node0_gold"],
+            "node0_reward_mean": mean["node0_reward"],
+            "node0_gold_tasks": sum(v["node0_gold"] == 1.0 for v in values),
+            "node0_valid_share": _mean([float(t["nodes"][0].get("valid", False)) for t in traces]),
             "tokens_mean": _mean([t.get("tokens", {}).get("total") for t in traces]),
-            "gold_heldout_accuracy_mean": _mean([g.get("heldout_accuracy") for g in golds if g]),
-            "gold_similarity_to_sft_target_mean": _mean([similarity(g["code"], sft_target) for g in golds if g]),
+            "gold_heldout_accuracy_mean": _mean([g.get("heldout_accuracy") for g in golds]),
+            "gold_similarity_to_sft_target_mean": _mean([similarity(g["code"], sft_target) for g in golds]),
+            "node0_similarity_to_sft_target_mean": _mean([similarity(t["nodes"][0]["code"], sft_target)
+                                                          for t in traces]),
             "model": traces[0]["operator"].get("model")}
 
 
+def programs_differ(a_traces: list[dict[str, Any]], b_traces: list[dict[str, Any]]) -> dict[str, int]:
+    """On how many tasks (and searches) A's node-0 program differs from B's for the same (task, seed)."""
+    b_code = {pair_key(t): t["nodes"][0]["code"] for t in b_traces}
+    differ_pairs = {pair_key(t) for t in a_traces if t["nodes"][0]["code"] != b_code[pair_key(t)]}
+    return {"tasks": len({k[:2] for k in differ_pairs}), "searches": len(differ_pairs),
+            "of_tasks": len({task_key(t) for t in a_traces}), "of_searches": len(a_traces)}
+
+
+def verdict(a: str, b: str, measures: dict[str, dict[str, Any]]) -> str:
+    """One sentence per comparison, from the steps and node-0 tests over tasks (alpha 0.05, Wilcoxon)."""
+    parts = []
+    for name, label, unit in (("steps", "steps to gold", "steps"), ("node0_gold", "node-0 gold rate", "")):
+        m = measures[name]
+        n = m["n_tasks"]
+        if m["wilcoxon_p"] < 0.05 and m["better_tasks"] > m["worse_tasks"]:
+            parts.append(f"{a} is better than {b} in {label} ({m['mean_a']:.3g} vs {m['mean_b']:.3g}, "
+                         f"Wilcoxon p = {m['wilcoxon_p']:.3g}, n = {n} tasks)")
+        elif m["wilcoxon_p"] < 0.05:
+            parts.append(f"{a} is worse than {b} in {label} ({m['mean_a']:.3g} vs {m['mean_b']:.3g}, "
+                         f"Wilcoxon p = {m['wilcoxon_p']:.3g}, n = {n} tasks)")
+        else:
+            mde = "" if m["mde80"] is None else f"; a difference of {m['mde80']:.2g}{' ' + unit if unit else ''} " \
+                                                "would have been found with power 0.8"
+            parts.append(f"no measurable difference in {label} ({m['mean_a']:.3g} vs {m['mean_b']:.3g}, "
+                         f"Wilcoxon p = {m['wilcoxon_p']:.3g}, n = {n} tasks{mde})")
+    return "; ".join(parts)
+
+
 def compare_two(a: str, b: str, arms: dict[str, list[dict[str, Any]]], resamples: int) -> dict[str, Any]:
-    """A vs B over their paired searches (see the module doc)."""
-    b_by_key = {pair_key(t): t for t in arms[b]}
-    pairs = [(t, b_by_key[pair_key(t)]) for t in arms[a]]
-    a_steps = [steps_or_budget(x) for x, _ in pairs]
-    b_steps = [steps_or_budget(y) for _, y in pairs]
-    diffs = [x - y for x, y in zip(a_steps, b_steps)]
-    lo, hi = bootstrap_mean_ci(diffs, resamples)
-    wins, losses = sum(d < 0 for d in diffs), sum(d > 0 for d in diffs)
-    mean_a, mean_b = sum(a_steps) / len(a_steps), sum(b_steps) / len(b_steps)
-    return {"a": a, "b": b, "n_pairs": len(pairs), "mean_a": round(mean_a, 4), "mean_b": round(mean_b, 4),
-            "mean_diff": round(mean_a - mean_b, 4), "ci95": [round(lo, 4), round(hi, 4)], "resamples": resamples,
-            "bootstrap_seed": BOOTSTRAP_SEED, "ci_excludes_zero": hi < 0 or lo > 0,
-            "sign_test_p": round(sign_test(wins, losses), 6), "prob_improvement": round(probability_of_improvement(diffs), 4),
-            "shrunk_pairs": wins, "tied_pairs": len(diffs) - wins - losses, "grown_pairs": losses,
-            "shrunk": mean_a < mean_b,
-            "pairs": [{"task_id": x["task"]["task_id"], "search_seed": x["knobs"].get("search_seed", 0),
-                       f"{a}_steps": sa, f"{b}_steps": sb} for (x, _), sa, sb in zip(pairs, a_steps, b_steps)]}
+    """A vs B over tasks: each measure paired task by task (harness.stats.paired_measure), matched by key."""
+    a_tasks, b_tasks = task_values(arms[a]), task_values(arms[b])
+    keys = list(a_tasks)
+    measures = {m: paired_measure([a_tasks[k][m] for k in keys], [b_tasks[k][m] for k in keys], lower, resamples)
+                for m, (lower, _) in MEASURES.items()}
+    steps = measures["steps"]
+    b_by_pair = {pair_key(t): t for t in arms[b]}
+    out = {"a": a, "b": b, "n_tasks": len(keys), "n_searches": len(arms[a]),
+           "seeds_per_task": round(len(arms[a]) / len(keys), 2), "measures": measures,
+           "shrunk": steps["mean_a"] < steps["mean_b"], "verdict": verdict(a, b, measures),
+           "programs_differ_at_node0": programs_differ(arms[a], arms[b]),
+           "tasks": [{"task_id": k[0], **{f"{a}_{m}": round(a_tasks[k][m], 4) for m in MEASURES},
+                      **{f"{b}_{m}": round(b_tasks[k][m], 4) for m in MEASURES}} for k in keys],
+           "searches": [{"task_id": t["task"]["task_id"], "search_seed": t["knobs"].get("search_seed", 0),
+                         f"{a}_steps": steps_or_budget(t), f"{b}_steps": steps_or_budget(b_by_pair[pair_key(t)])}
+                        for t in arms[a]]}
+    return out
+
+
+def headroom_warnings(result: dict[str, Any], grpo_zero_variance: dict[str, float | None] | None) -> list[str]:
+    """Why a GRPO effect cannot be read from this run, each with its number (empty when it can)."""
+    warnings = []
+    sft = result["arms"].get("sft")
+    if sft and sft["node0_gold_tasks"] == sft["n_tasks"]:
+        warnings.append(f"the sft arm is gold at node 0 on every task ({sft['n_tasks']}/{sft['n_tasks']}): no headroom "
+                        "for GRPO to show, so no GRPO effect is reported")
+    for name, share in (grpo_zero_variance or {}).items():
+        if share is not None and share >= 1.0:
+            warnings.append(f"every GRPO group of `{name}` had zero reward variance (share 1.00): GRPO took no "
+                            "gradient from reward, so no GRPO effect is reported")
+    return warnings
 
 
 def compare_arms(arms: dict[str, list[dict[str, Any]]], sft_target: str | None = None,
-                 resamples: int = RESAMPLES) -> dict[str, Any]:
-    """Every arm summarised and every pair of COMPARISONS present compared; CompareError when not comparable."""
+                 resamples: int = RESAMPLES, grpo_zero_variance: dict[str, float | None] | None = None
+                 ) -> dict[str, Any]:
+    """Every arm summarised and every pair of COMPARISONS present compared over tasks; CompareError when not
+    comparable. grpo_zero_variance: the zero-variance share of each GRPO training's groups (a headroom check)."""
+    if len(arms) < 2:
+        raise CompareError(f"a compare needs two arms or more (got {', '.join(arms) or 'none'})")
     check_arms(arms)
     ref = next(iter(arms.values()))[0]
     comparisons = [compare_two(a, b, arms, resamples) for a, b in COMPARISONS if a in arms and b in arms]
     headline = next((c for c in comparisons if (c["a"], c["b"]) == ("trained", "frozen")), None)
-    return {"version": COMPARE_VERSION,
-            "rule": "steps = index of the first gold node (gold recomputed: valid and balanced accuracy >= "
-                    "threshold); not reached = max_iterations + 1; shrunk only if the mean is strictly fewer",
-            "max_iterations": ref["knobs"]["max_iterations"], "gold_threshold": ref["knobs"]["gold_threshold"],
-            "not_reached_counts": ref["knobs"]["max_iterations"] + 1,
-            "n_pairs": len(next(iter(arms.values()))), "pairs_are": "(task_id, examples_hash, search_seed)",
-            "decoding": {k: ref["operator"].get(k) for k in DECODING_FIELDS},
-            "arms": {arm: arm_summary(traces, sft_target, resamples) for arm, traces in arms.items()},
-            "comparisons": comparisons, "shrunk": bool(headline and headline["shrunk"])}
+    n_tasks = len(by_task(next(iter(arms.values()))))
+    result = {"version": COMPARE_VERSION,
+              "rule": "steps = index of the first gold node (gold recomputed: valid and balanced accuracy >= "
+                      "threshold); not reached = max_iterations + 1; shrunk only if the mean is strictly fewer; "
+                      "the unit of analysis is the held-out task (seeds averaged inside a task)",
+              "unit": "task", "measures": {m: text for m, (_, text) in MEASURES.items()},
+              "max_iterations": ref["knobs"]["max_iterations"], "gold_threshold": ref["knobs"]["gold_threshold"],
+              "not_reached_counts": ref["knobs"]["max_iterations"] + 1, "n_tasks": n_tasks,
+              "n_searches": len(next(iter(arms.values()))), "pairs_are": "(task_id, examples_hash, search_seed)",
+              "decoding": {k: ref["operator"].get(k) for k in DECODING_FIELDS},
+              "arms": {arm: arm_summary(traces, sft_target) for arm, traces in arms.items()},
+              "comparisons": comparisons, "shrunk": bool(headline and headline["shrunk"])}
+    result["warnings"] = headroom_warnings(result, grpo_zero_variance)
+    result["grpo_effect_readable"] = not result["warnings"]
+    return result
 
 
 # ---- curves -----------------------------------------------------------------------------------
@@ -325,8 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_json(out / "trace_compare.json", result)
     plot_arms(arms, out / "trace.png")
     for c in result["comparisons"]:
-        print(f"{c['a']} vs {c['b']}: {c['mean_a']:.2f} vs {c['mean_b']:.2f} steps, diff {c['mean_diff']:+.2f} "
-              f"(95% CI [{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}]), shrunk {'yes' if c['shrunk'] else 'no'}")
+        print(f"{c['a']} vs {c['b']} over {c['n_tasks']} tasks: {c['verdict']}; shrunk {'yes' if c['shrunk'] else 'no'}")
     print(f"{out / 'trace_compare.json'}")
     return 0
 

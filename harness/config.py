@@ -107,6 +107,19 @@ def _flag(text: str) -> bool:
     raise ValueError(text)
 
 
+def _optional(type_: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A number knob that may be left unset ('' or 'auto' -> None: the backend's value in harness/hparams.py)."""
+    def parse(text: str) -> Any:
+        return None if text is None or str(text).strip().lower() in ("", "auto") else type_(text)
+    parse.__name__ = type_.__name__
+    return parse
+
+
+def _optional_range(lo: float, hi: float, what: str = "a number"):
+    return (lambda v: v is None or lo <= v <= hi), f"'auto' (the backend's value in harness/hparams.py) or {what} " \
+        f"in [{lo:g}, {hi:g}]"
+
+
 def _knob(name, type_, default, doc, rule=None):
     check, text = rule if rule else ((lambda v: True), "")
     return Knob(name, type_, default, doc, check, text)
@@ -135,7 +148,21 @@ KNOBS: tuple[Knob, ...] = (
     _knob("operator_base_url", str, "", "OpenAI-compatible endpoint of the openai operator, e.g. http://127.0.0.1:8000/v1"),
     _knob("harness_sft_steps", int, 0, "oracle SFT warm-start steps before GRPO (0 skips step 02)",
           _int_range(0)),
-    _knob("train_count", int, 512, "number of train tasks (GRPO prompts)", _int_range(1)),
+    _knob("train_count", int, 512, "number of train tasks: the GRPO prompts (and the SFT rows unless W8_SFT_COUNT "
+          "is set)", _int_range(1)),
+    _knob("sft_count", int, 0, "SFT rows (train tasks 0..n-1) apart from the GRPO prompts; 0 = W8_TRAIN_COUNT",
+          _int_range(0)),
+    _knob("sft_target", str, "auto", "the SFT answer: auto (oracle on skyrl, compact on local) | oracle | compact "
+          "(harness/oracle.py); fewer SFT steps, not another target, leave GRPO its headroom (docs/reading-results.md)",
+          _choice("auto", "oracle", "compact")),
+    _knob("grpo_group_size", _optional(int), None, "GRPO samples per prompt (auto: harness/hparams.py per backend)",
+          _optional_range(2, 64, "an integer")),
+    _knob("grpo_lr", _optional(float), None, "GRPO learning rate (auto: harness/hparams.py per backend)",
+          _optional_range(1e-9, 1e-2)),
+    _knob("grpo_temperature", _optional(float), None, "GRPO sampling temperature, apart from the searches' "
+          "W8_OPERATOR_TEMPERATURE (auto: harness/hparams.py per backend)", _optional_range(0.05, 2.0)),
+    _knob("grpo_kl_coef", _optional(float), None, "GRPO KL coefficient against the start model; 0 keeps no reference "
+          "model (auto: harness/hparams.py per backend)", _optional_range(0.0, 1.0)),
     _knob("train_examples_per_obs", int, 24, "labeled actions per train task", _int_range(2, 64)),
     _knob("grpo_epochs", int, 2, "passes over the train tasks", _int_range(1)),
     _knob("grpo_max_steps", int, 0, "cap on GRPO steps (local: one train task each; skyrl: trainer.max_training_steps); "
@@ -280,6 +307,8 @@ def check_together(values: Mapping[str, Any]) -> None:
     if values["num_nodes"] > 1 and not values["bucket"]:
         raise ConfigError(f"W8_NUM_NODES={values['num_nodes']} needs W8_BUCKET=gs://<bucket>/<prefix>: FSDP rank 0 "
                           "writes SkyRL's exports on whichever node it lands, so they must go to a bucket")
+    if values["sft_count"] > 0 and values["harness_sft_steps"] == 0:
+        raise ConfigError(f"W8_SFT_COUNT={values['sft_count']} with W8_HARNESS_SFT_STEPS=0: there is no SFT to give rows to")
     if values["num_nodes"] > 1 and values["backend"] != "skyrl":
         raise ConfigError(f"W8_NUM_NODES={values['num_nodes']}: several nodes need W8_BACKEND=skyrl")
 

@@ -1,7 +1,7 @@
 """The trainers' hyperparameters, both backends side by side, with the reason for each value.
 
-    from harness.hparams import for_backend
-    hp = for_backend(cfg.backend)        # LOCAL (TRL on CPU) or SKYRL (the GPU node)
+    from harness.hparams import for_config
+    hp = for_config(cfg)                 # LOCAL (TRL on CPU) or SKYRL (the GPU node), GRPO knobs applied
     hp.grpo_lr, hp.group_size, hp.grpo_temperature
 
 Knobs (harness/config.py) are what a user varies per run; these are the settings a run
@@ -13,7 +13,8 @@ summary.md shows it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,24 @@ SKYRL = Hparams(
 )
 
 
+# Knobs (harness/config.py) that override one value of the backend's table when set (not 'auto').
+KNOB_OVERRIDES = {"grpo_group_size": "group_size", "grpo_lr": "grpo_lr", "grpo_temperature": "grpo_temperature",
+                  "grpo_kl_coef": "kl_coef"}
+
+
 def for_backend(backend: str) -> Hparams:
     return SKYRL if backend == "skyrl" else LOCAL
 
 
-def hparams_record(backend: str) -> dict:
-    """What run_config.json keeps: the backend's values (the reasons are in this file)."""
-    return {"backend": backend, **asdict(for_backend(backend))}
+def for_config(cfg: Any) -> Hparams:
+    """The run's hyperparameters: its backend's table above, with every GRPO knob the run set."""
+    changes = {field: getattr(cfg, knob) for knob, field in KNOB_OVERRIDES.items() if getattr(cfg, knob) is not None}
+    return replace(for_backend(cfg.backend), **changes)
+
+
+def hparams_record(cfg: Any) -> dict:
+    """What run_config.json keeps: the values the run trains with (the reasons are in this file), and which
+    of them a knob set."""
+    hp = for_config(cfg)
+    set_by = sorted(field for knob, field in KNOB_OVERRIDES.items() if getattr(cfg, knob) is not None)
+    return {"backend": cfg.backend, **asdict(hp), "set_by_knob": set_by}

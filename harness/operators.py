@@ -139,6 +139,20 @@ class HFOperator(ChatOperator):
         self.lm = AutoModelForCausalLM.from_pretrained(path).to(self.device).eval()
         self.padded = self.device != "cpu"  # one padded generate per round (scripts/bench_batch.py measures both)
 
+    def sampling(self) -> dict[str, Any]:
+        """The generate() arguments of the decoding: greedy at temperature 0, else plain sampling."""
+        if self.temperature <= 0:
+            return {"do_sample": False}
+        return {"do_sample": True, "temperature": self.temperature, "top_p": 1.0, "top_k": 0}
+
+    def describe(self) -> dict[str, Any]:
+        """What this operator really decodes with: the weights' dtype and every sampling argument, so the
+        compare refuses arms that decoded differently (the model is the one thing that may differ)."""
+        sampling = self.sampling()
+        return {**super().describe(), "dtype": str(self.lm.dtype).removeprefix("torch."),
+                "generation_config": "hf", "do_sample": sampling["do_sample"],
+                "top_p": sampling.get("top_p"), "top_k": sampling.get("top_k")}
+
     def complete_batch(self, batch: list[list[dict[str, str]]], seeds: list[int]) -> list[Generation]:
         """One padded generate for the round on a GPU; on a CPU one request at a time. Measured with
         scripts/bench_batch.py on 2 cores (6 searches x 2 nodes, 160-token answers): a padded batch of 6
@@ -150,10 +164,9 @@ class HFOperator(ChatOperator):
 
         texts = [self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False) for m in batch]
         inputs = self.tokenizer(texts, return_tensors="pt", add_special_tokens=False, padding=True).to(self.device)
-        sampling = {"do_sample": False}
-        if self.temperature > 0:
+        sampling = self.sampling()
+        if sampling["do_sample"]:
             torch.manual_seed(hash(tuple(seeds)) % 2**31)
-            sampling = {"do_sample": True, "temperature": self.temperature, "top_p": 1.0, "top_k": 0}
         with torch.no_grad():
             out = self.lm.generate(**inputs, max_new_tokens=self.max_new_tokens,
                                    pad_token_id=self.tokenizer.pad_token_id, **sampling)

@@ -131,7 +131,7 @@ def run_config(cfg: Config, run_id: str) -> dict[str, Any]:
         "env": {BY_NAME[name].env: value for name, value in knobs.items()},
         "model": cfg.harness_model,
         "backend": cfg.backend,
-        "hparams": hparams_record(cfg.backend),
+        "hparams": hparams_record(cfg),
         "accelerators": {"requested": cfg.accelerators if cfg.backend == "skyrl" else "cpu",
                          "detected": gpus or ["cpu"]},
         "git_sha": git_sha(),

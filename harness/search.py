@@ -217,9 +217,12 @@ def task_record(task: Any) -> dict[str, Any]:
     return {**task.identity(), "n_legal": n_legal, "n_illegal": len(task.examples) - n_legal}
 
 
-def node_seed(search_seed: int, index: int) -> int:
-    """The seed handed to the operator for node `index` (stable across resumes)."""
-    return random.Random(f"node:{search_seed}:{index}").randrange(2**31)
+def node_seed(search_seed: int, index: int, task_id: str) -> int:
+    """The seed handed to the operator for node `index` of the search of `task_id` (stable across resumes).
+
+    The task is mixed in so that two tasks searched with the same search seed do not share their
+    sampling noise: the tasks are the unit of analysis, and shared noise would correlate them."""
+    return random.Random(f"node:{task_id}:{search_seed}:{index}").randrange(2**31)
 
 
 def thompson_pick(nodes: Sequence[Node], refine_counts: Sequence[int], c: float, rng: random.Random) -> int:
@@ -287,7 +290,7 @@ class Search:
     def ask(self) -> Request:
         """The next request: node 0's zero-shot prompt, or a refinement of the Thompson-picked node."""
         task, index = self.spec.task, len(self.trace.nodes)
-        seed = node_seed(self.spec.knobs.seed, index)
+        seed = node_seed(self.spec.knobs.seed, index, task.task_id)
         if index == 0:
             self.parent, self.shown = None, []
             return Request(task, seed)

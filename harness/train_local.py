@@ -18,11 +18,12 @@ GRPO's reward function is `HarnessLegalityEnv.step` (harness/env.py) on each row
 from __future__ import annotations
 
 import json
-import tempfile
+import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from harness.env import HarnessLegalityEnv
 from harness.exports import export_policy, newest_export_step
@@ -78,6 +79,47 @@ def _prior_steps(out_dir: Path) -> list[dict[str, Any]]:
     return json.loads(path.read_text()).get("steps", []) if path.is_file() else []
 
 
+@contextmanager
+def scratch_dir(out_dir: Path) -> Iterator[Path]:
+    """The trainer's scratch folder, inside the training's own folder: emptied at start and removed on any
+    exit Python sees (a kill -9 leaves it, and the next run of the step empties it), never in the system's
+    temp dir, where a killed run used to leave w8-grpo-* folders behind."""
+    path = Path(out_dir) / ".scratch"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def progress_callback(name: str, total: int, done: int, keys: tuple[str, ...]):
+    """A TrainerCallback drawing one tqdm bar: step k/n, the latest of `keys` from the logs, time left."""
+    from tqdm.auto import tqdm
+    from transformers import TrainerCallback
+
+    class Progress(TrainerCallback):
+        bar = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.bar = tqdm(total=total, initial=done, desc=name, unit="step", dynamic_ncols=True, mininterval=1.0)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            shown = {k: f"{logs[k]:.3g}" for k in keys if isinstance((logs or {}).get(k), (int, float))}
+            if self.bar is not None and shown:
+                self.bar.set_postfix(shown, refresh=False)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.bar.update(1)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.bar.close()
+
+    return Progress()
+
+
 def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: int, hp: Hparams,
               seed: int = 0) -> TrainResult:
     """TRL SFTTrainer on the rows' reference answers (loss on the answer only) -> global_step_<steps>/policy.
@@ -109,14 +151,14 @@ def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: i
                             "step_time_s": round(now - clock["t"], 2)})
                 clock["t"] = now
 
-    with tempfile.TemporaryDirectory(prefix="w8-sft-") as scratch:
+    with scratch_dir(out_dir) as scratch:
         args = SFTConfig(output_dir=scratch, max_steps=steps - done, per_device_train_batch_size=hp.sft_batch,
                          learning_rate=hp.sft_lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
                          logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
                          max_length=None, completion_only_loss=True, dataloader_num_workers=0,
                          gradient_checkpointing=False, disable_tqdm=True, bf16=False, fp16=False)
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                             callbacks=[StepLog()])
+                             callbacks=[StepLog(), progress_callback("SFT", steps, done, ("loss",))])
         trainer.train()
     policy = export_policy(trainer.model, tokenizer, out_dir, steps)
     metrics = write_metrics(out_dir, "sft", log, {"model": shown_path(model_path, Path(out_dir).parent), "steps": steps,
@@ -216,8 +258,12 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                         "step_time_s": round(now - clock["t"], 2), "reward_time_s": round(scoring, 3)})
             clock.update(t=now, reward_s=reward.seconds)
 
-    with tempfile.TemporaryDirectory(prefix="w8-grpo-") as scratch:
-        args = GRPOConfig(output_dir=scratch, max_steps=steps - done, per_device_train_batch_size=hp.group_size,
+    # One completion per forward/backward (micro batch 1, accumulated over the group): the logits of a
+    # whole group (group x ~1.8k tokens x 49k vocab in float32) were most of a 12 GB peak; one optimizer
+    # step per group, as before.
+    with scratch_dir(out_dir) as scratch:
+        args = GRPOConfig(output_dir=scratch, max_steps=steps - done, per_device_train_batch_size=1,
+                          gradient_accumulation_steps=hp.group_size,
                           num_generations=hp.group_size, max_completion_length=max_completion_length,
                           learning_rate=hp.grpo_lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
                           beta=hp.kl_coef, temperature=hp.grpo_temperature, logging_steps=1, save_strategy="no",
@@ -225,7 +271,8 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                           dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False,
                           gradient_checkpointing=False, bf16=False, fp16=False)
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
-                              processing_class=tokenizer, callbacks=[StepLog()])
+                              processing_class=tokenizer,
+                              callbacks=[StepLog(), progress_callback("GRPO", steps, done, ("reward", "reward_std"))])
         trainer.train()
     policy = export_policy(trainer.model, tokenizer, out_dir, steps)
     meta = {"model": shown_path(model_path, Path(out_dir).parent), "steps": steps, "group_size": hp.group_size, "lr": hp.grpo_lr,

@@ -76,8 +76,14 @@ def sft_row(task: Task, target: str) -> dict[str, Any]:
 
 
 def sft_target_for(backend: str) -> str:
-    """SFT answer: the full oracle on the GPU node (its budget holds it), the compact program on CPU."""
+    """SFT answer of W8_SFT_TARGET=auto: the full oracle on the GPU node (its budget holds it), the compact
+    program on CPU."""
     return "oracle" if backend == "skyrl" else "compact"
+
+
+def sft_target_of_config(cfg: Any) -> str:
+    """The run's SFT answer: W8_SFT_TARGET, its 'auto' resolved by backend."""
+    return sft_target_for(cfg.backend) if cfg.sft_target == "auto" else cfg.sft_target
 
 
 def write_parquet_rows(rows: list[dict[str, Any]], path: str | Path) -> Path:
@@ -122,7 +128,7 @@ class TrainingData:
 
 
 def prepare_training_data(train_count: int, examples_per_obs: int, data_dir: str | Path, sft_target: str,
-                          reward: RewardKnobs) -> TrainingData:
+                          reward: RewardKnobs, sft_count: int = 0) -> TrainingData:
     """Write train.parquet, validation.parquet and sft/train.jsonl under data_dir, unless identical ones exist.
 
     A fingerprint of the inputs (knobs, the tasks' examples, the prompt of the first task)
@@ -132,7 +138,9 @@ def prepare_training_data(train_count: int, examples_per_obs: int, data_dir: str
     train = train_tasks(train_count, examples_per_obs)
     evals = eval_tasks(examples_per_obs)
     first = skyrl_row(train[0], reward)
-    key = hashlib.sha256(json.dumps([train_count, examples_per_obs, sft_target_source(sft_target), reward.as_row(),
+    sft_rows = train if sft_count <= 0 else train_tasks(sft_count, examples_per_obs)  # 0: the GRPO prompts' tasks
+    key = hashlib.sha256(json.dumps([train_count, sft_count, examples_per_obs, sft_target_source(sft_target),
+                                     reward.as_row(),
                                      [t.examples_hash for t in train + evals], first["prompt"]],
                                     sort_keys=True).encode()).hexdigest()[:16]
     out = TrainingData(root / "train.parquet", root / "validation.parquet", root / "sft", len(train), len(evals))
@@ -142,13 +150,14 @@ def prepare_training_data(train_count: int, examples_per_obs: int, data_dir: str
         return out
     write_parquet_rows([skyrl_row(t, reward) for t in train], out.train_parquet)
     write_parquet_rows([skyrl_row(t, reward) for t in evals], out.eval_parquet)
-    write_jsonl_rows([sft_row(t, sft_target) for t in train], out.sft_dir / "train.jsonl")
-    atomic_write_text(stamp, json.dumps({"key": key, "train_count": train_count, "examples_per_obs": examples_per_obs,
+    write_jsonl_rows([sft_row(t, sft_target) for t in sft_rows], out.sft_dir / "train.jsonl")
+    atomic_write_text(stamp, json.dumps({"key": key, "train_count": train_count, "sft_count": len(sft_rows),
+                                         "examples_per_obs": examples_per_obs,
                                          "sft_target": sft_target[:40], **reward.as_row()}) + "\n")
     return out
 
 
 def training_data_for(cfg: Any, data_dir: str | Path) -> TrainingData:
-    """The rows of a run: its train count and size, the backend's SFT target, its reward knobs."""
+    """The rows of a run: its GRPO prompts and SFT rows (counts and size), its SFT target, its reward knobs."""
     return prepare_training_data(cfg.train_count, cfg.train_examples_per_obs, data_dir,
-                                 sft_target_for(cfg.backend), RewardKnobs.from_config(cfg))
+                                 sft_target_of_config(cfg), RewardKnobs.from_config(cfg), cfg.sft_count)

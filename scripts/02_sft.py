@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.hparams import LOCAL  # noqa: E402
+from harness.hparams import for_config  # noqa: E402
 from harness.models import ModelError, resolve_model  # noqa: E402
 from harness.pipeline import StepError, StepResult, finish_training, run_step  # noqa: E402
 from harness.training_data import training_data_for  # noqa: E402
@@ -36,7 +36,7 @@ def train_local(cfg, run_dir: Path) -> dict:
         model = resolve_model(cfg.harness_model)
     except ModelError as err:
         raise StepError(str(err)) from None
-    train_sft(model, run_dir / "sft", training_data_for(cfg, run_dir / "data"), cfg.harness_sft_steps, LOCAL)
+    train_sft(model, run_dir / "sft", training_data_for(cfg, run_dir / "data"), cfg.harness_sft_steps, for_config(cfg))
     return {}
 
 

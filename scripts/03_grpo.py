@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.exports import newest_export  # noqa: E402
-from harness.hparams import LOCAL  # noqa: E402
+from harness.hparams import for_config  # noqa: E402
 from harness.models import ModelError, resolve_model  # noqa: E402
 from harness.pipeline import StepError, StepResult, finish_training, run_step  # noqa: E402
 from harness.sandbox import SandboxError, sandbox_provenance  # noqa: E402
@@ -48,7 +48,7 @@ def train_local(cfg, model: str, run_dir: Path, name: str) -> dict:
     # completions get the operator's token budget: what GRPO trains to write fits what the search lets it write
     try:
         train_grpo(path, run_dir / name, training_data_for(cfg, run_dir / "data"),
-                   grpo_steps(cfg.train_count, cfg.grpo_epochs, cfg.grpo_max_steps), cfg.operator_max_new_tokens, LOCAL)
+                   grpo_steps(cfg.train_count, cfg.grpo_epochs, cfg.grpo_max_steps), cfg.operator_max_new_tokens, for_config(cfg))
     except SandboxError as err:
         raise StepError(str(err)) from None
     return {"sandbox": sandbox_provenance()}

@@ -1,17 +1,18 @@
-"""Step 05: the strict, paired compare of the run's arms, the curves, and summary.md.
+"""Step 05: the strict compare of the run's arms over held-out tasks, the curves, and summary.md.
 
-    python scripts/05_compare.py                      # needs <run>/frozen_trace.json and trained_trace.json
+    python scripts/05_compare.py                      # needs two arms' <arm>_trace.json in the run folder
     W8_RUN_ID=demo python scripts/05_compare.py
 
 Writes <run>/trace_compare.json and <run>/trace.png (harness.compare: every arm on the same
 (task, seed) pairs with the same knobs and decoding, or refused; gold recomputed; not reached
-= max_iterations + 1; per pair of arms the mean difference with a paired bootstrap 95%
-interval, sign test, probability of improvement; shrunk only if strictly fewer) and
-<run>/summary.md: what ran, the per-arm table, the paired comparisons (trained vs frozen,
-sft vs frozen, trained vs sft: what GRPO added to the warm-start), every search's steps,
-what the gold harnesses look like (held-out accuracy, similarity to the SFT target), the
-training metrics, the sandbox that ran, wall times. Ends with one line: the headline pair
-and shrunk yes/no.
+= max_iterations + 1; the unit of analysis is the held-out task, seeds averaged inside it;
+per pair of arms four measures (steps, solved within budget, node-0 gold rate, node-0 reward)
+with a bootstrap over tasks, the exact sign test, Wilcoxon and the smallest detectable effect;
+shrunk only if strictly fewer) and <run>/summary.md: what ran, the per-arm table, the headline
+(trained vs frozen beside trained vs sft, what GRPO added), every comparison, every task and
+search, the GRPO groups' zero-variance share per step, the programs, the training metrics, the
+sandbox, wall times. Any two arms compare: a run without the frozen arm still gets its
+summary. Ends with one line: the headline pairs and shrunk yes/no.
 """
 
 from __future__ import annotations
@@ -22,16 +23,20 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.compare import CompareError, compare_arms, plot_arms, steps_or_budget  # noqa: E402
+from harness.compare import MEASURES, CompareError, compare_arms, pair_key, plot_arms, steps_or_budget  # noqa: E402
 from harness.files import atomic_write_json, atomic_write_text  # noqa: E402
 from harness.oracle import sft_target_source  # noqa: E402
 from harness.pipeline import STEPS, StepError, StepResult, load_run_config, read_marker, run_step  # noqa: E402
 from harness.traces import ARMS, arm_file, load_traces  # noqa: E402
-from harness.training_data import sft_target_for  # noqa: E402
+from harness.training_data import sft_target_of_config  # noqa: E402
 
 STEP = "05_compare"
 METRICS = ("sft_metrics.json", "grpo_metrics.json", "grpo_only_metrics.json")
+GRPO_METRICS = {"trained": "grpo_metrics.json", "grpo_only": "grpo_only_metrics.json"}
 METRIC_KEYS = ("loss", "reward_mean", "reward_std", "valid_rate", "zero_variance_groups", "step_time_s")
+NAMES = {("trained", "frozen"): "trained vs frozen", ("sft", "frozen"): "sft vs frozen (the warm-start alone)",
+         ("trained", "sft"): "trained vs sft (what GRPO added)", ("grpo_only", "frozen"): "grpo_only vs frozen "
+         "(GRPO without the warm-start)", ("trained", "grpo_only"): "trained vs grpo_only (what SFT added)"}
 
 
 def _num(value, fmt: str = ".2f", none: str = "-") -> str:
@@ -40,39 +45,81 @@ def _num(value, fmt: str = ".2f", none: str = "-") -> str:
 
 def arm_table(result: dict) -> list[str]:
     budget = result["max_iterations"]
-    lines = ["| arm | mean steps to gold (95% CI) | solved | gold harnesses: held-out accuracy, similarity to the "
-             "SFT target |", "|---|---|---|---|"]
+    lines = [f"Each figure is a mean over tasks (n = {result['n_tasks']} held-out tasks, each the mean of its "
+             f"{result['n_searches'] // max(1, result['n_tasks'])} search seed(s)).", "",
+             "| arm | n tasks | mean steps to gold | solved within budget | node-0 gold rate (tasks all gold) | "
+             "node-0 reward | node-0 valid | node-0 similarity to SFT target | gold harnesses: held-out accuracy |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for arm, a in result["arms"].items():
-        lines.append(f"| {arm} | {a['mean_steps']:.2f} [{a['ci95'][0]:.2f}, {a['ci95'][1]:.2f}] | "
-                     f"{a['solved']}/{a['n']} ({a['solved_share']:.0%}) | "
-                     f"{_num(a['gold_heldout_accuracy_mean'], '.3f')}, "
-                     f"{_num(a['gold_similarity_to_sft_target_mean'], '.3f')} |")
-    return lines + ["", f"Not reached counts {budget + 1} (the budget of {budget} refinements + 1); fewer is better."]
+        lines.append(f"| {arm} | {a['n_tasks']} | {a['mean_steps']:.2f} | {a['solved_share']:.0%} | "
+                     f"{a['node0_gold_rate']:.0%} ({a['node0_gold_tasks']}) | {a['node0_reward_mean']:.3f} | "
+                     f"{_num(a['node0_valid_share'], '.0%')} | {_num(a['node0_similarity_to_sft_target_mean'], '.3f')}"
+                     f" | {_num(a['gold_heldout_accuracy_mean'], '.3f')} |")
+    return lines + ["", f"Not reached counts {budget + 1} (the budget of {budget} refinements + 1); fewer is better. "
+                        "Mean steps depend on that cap; the solved and node-0 columns do not."]
+
+
+def measure_line(name: str, m: dict) -> str:
+    spread = m["in_words"]
+    mde = "" if m["mde80"] is None else f"; smallest difference detectable with power 0.8: {m['mde80']:.3g}"
+    return (f"  - {name}: {m['mean_a']:.3g} vs {m['mean_b']:.3g}, difference {m['mean_diff']:+.3g} ({spread}); "
+            f"better / tied / worse on {m['better_tasks']} / {m['tied_tasks']} / {m['worse_tasks']} tasks; "
+            f"sign test p = {m['sign_test_p']:.3g}, Wilcoxon p = {m['wilcoxon_p']:.3g} ({m['wilcoxon_method']}){mde}")
 
 
 def comparison_lines(result: dict) -> list[str]:
-    names = {("trained", "frozen"): "trained vs frozen", ("sft", "frozen"): "sft vs frozen (the warm-start alone)",
-             ("trained", "sft"): "trained vs sft (what GRPO added)", ("grpo_only", "frozen"): "grpo_only vs frozen",
-             ("trained", "grpo_only"): "trained vs grpo_only (what SFT added)"}
     lines = []
     for c in result["comparisons"]:
-        lines.append(f"- **{names[(c['a'], c['b'])]}**: {c['mean_a']:.2f} vs {c['mean_b']:.2f} steps, difference "
-                     f"{c['mean_diff']:+.2f} (95% CI [{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}], {c['resamples']} "
-                     f"paired bootstrap resamples; excludes 0: {'yes' if c['ci_excludes_zero'] else 'no'}), "
-                     f"P(improvement) {c['prob_improvement']:.2f}, sign test p = {c['sign_test_p']:.3f} "
-                     f"({c['shrunk_pairs']} shrunk / {c['tied_pairs']} tied / {c['grown_pairs']} grown): "
-                     f"shrunk {'yes' if c['shrunk'] else 'no'}")
+        differ = c["programs_differ_at_node0"]
+        lines += [f"- **{NAMES[(c['a'], c['b'])]}**, n = {c['n_tasks']} tasks ({c['n_searches']} searches): "
+                  f"{c['verdict']}. Shrunk (mean steps strictly fewer): {'yes' if c['shrunk'] else 'no'}. "
+                  f"Node-0 programs differ on {differ['tasks']}/{differ['of_tasks']} tasks "
+                  f"({differ['searches']}/{differ['of_searches']} searches).",
+                  *(measure_line(name, c["measures"][name]) for name in MEASURES)]
     return lines
+
+
+def headline_lines(result: dict) -> list[str]:
+    by = {(c["a"], c["b"]): c for c in result["comparisons"]}
+    lines = [f"- **{NAMES[pair]}** (n = {by[pair]['n_tasks']} tasks): {by[pair]['verdict']}"
+             for pair in (("trained", "frozen"), ("trained", "sft")) if pair in by]
+    lines += [f"- **no GRPO effect is reported**: {w}" for w in result["warnings"]]
+    return lines or ["- no trained arm in this run"]
 
 
 def searches_table(arms: dict[str, list[dict]]) -> list[str]:
+    """Steps to gold of every (task, seed) pair, each arm's search found by its key (never by position)."""
     names = list(arms)
+    by_key = {name: {pair_key(t): t for t in traces} for name, traces in arms.items()}
     lines = ["| task | seed | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
-    for i, trace in enumerate(next(iter(arms.values()))):
-        cells = [str(steps_or_budget(arms[name][i])) for name in names]
-        lines.append(f"| `{trace['task']['task_id']}` | {trace['knobs'].get('search_seed', 0)} | " + " | ".join(cells)
-                     + " |")
+    for trace in next(iter(arms.values())):
+        key = pair_key(trace)
+        cells = [str(steps_or_budget(by_key[name][key])) for name in names]
+        lines.append(f"| `{key[0]}` | {key[2]} | " + " | ".join(cells) + " |")
     return lines
+
+
+def grpo_zero_variance(run_dir: Path) -> dict[str, dict]:
+    """Per GRPO training: the zero-variance share of its groups at each step, and over all steps."""
+    out = {}
+    for arm, name in GRPO_METRICS.items():
+        path = run_dir / name
+        if not path.is_file():
+            continue
+        steps = json.loads(path.read_text()).get("steps") or []
+        shares = [s.get("zero_variance_groups") for s in steps if s.get("zero_variance_groups") is not None]
+        out[arm] = {"per_step": shares, "share": round(sum(shares) / len(shares), 4) if shares else None,
+                    "steps": len(steps)}
+    return out
+
+
+def zero_variance_lines(zero: dict[str, dict]) -> list[str]:
+    lines = []
+    for arm, z in zero.items():
+        per_step = " ".join(f"{v:.2f}" for v in z["per_step"]) or "not recorded"
+        lines.append(f"- `{arm}` ({z['steps']} GRPO steps): zero-variance share of groups per step: {per_step}; "
+                     f"over all steps {_num(z['share'])} (a zero-variance group gives GRPO no gradient)")
+    return lines or ["- no GRPO training in this run"]
 
 
 def metrics_lines(run_dir: Path) -> list[str]:
@@ -109,10 +156,9 @@ def sandbox_lines(config: dict) -> list[str]:
     return lines
 
 
-def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]]) -> str:
+def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], zero: dict[str, dict]) -> str:
     config = load_run_config(run_dir)
     knobs, hp = config["knobs"], config.get("hparams", {})
-    headline = next((c for c in result["comparisons"] if (c["a"], c["b"]) == ("trained", "frozen")), None)
     dec = result["decoding"]
     lines = [
         f"# r3 run `{config['run_id']}`",
@@ -120,29 +166,37 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]]) -
         f"- model: `{config['model']}` (backend `{config['backend']}`, preset `{knobs.get('preset') or 'none'}`), "
         f"git `{config['git_sha']}`",
         f"- hardware: {', '.join(config['accelerators']['detected'])}; started {config['started_at']}",
-        f"- searches: {knobs.get('trace_tasks')} held-out task(s) (each from its own page) x {knobs.get('trace_seeds')} "
-        f"search seed(s) = {result['n_pairs']} paired searches per arm, {knobs.get('trace_examples_per_obs')} "
+        f"- searches: n = {result['n_tasks']} held-out tasks (each from its own page) x {knobs.get('trace_seeds')} "
+        f"search seed(s) = {result['n_searches']} searches per arm, {knobs.get('trace_examples_per_obs')} "
         f"examples each; budget {result['max_iterations']} refinements; gold = balanced accuracy >= "
-        f"{result['gold_threshold']}",
+        f"{result['gold_threshold']}; the unit of analysis is the task",
         f"- decoding, every arm: operator `{dec.get('name')}`, temperature {dec.get('temperature')}, up to "
-        f"{dec.get('max_new_tokens')} tokens" + (f", {dec['dtype']}" if dec.get("dtype") else ""),
-        f"- training: SFT steps {knobs.get('harness_sft_steps')}, GRPO on {knobs.get('train_count')} train tasks "
-        f"x {knobs.get('grpo_epochs')} epoch(s)"
-        + (f", capped at {knobs['grpo_max_steps']} step(s)" if knobs.get("grpo_max_steps") else "")
+        f"{dec.get('max_new_tokens')} tokens" + (f", {dec['dtype']}" if dec.get("dtype") else "")
+        + (f", top_p {dec['top_p']}, top_k {dec['top_k']}" if dec.get("do_sample") else ""),
+        f"- training: SFT {knobs.get('harness_sft_steps')} step(s) on target `{knobs.get('sft_target')}` over "
+        f"{knobs.get('sft_count') or knobs.get('train_count')} row(s); GRPO {config.get('grpo_steps', '?')} step(s) "
+        f"over {knobs.get('train_count')} train prompt(s)"
         + (f"; hyperparameters ({hp.get('backend')}): " + ", ".join(f"{k} {v}" for k, v in hp.items() if k != "backend")
            if hp else ""),
         "",
-        "## steps_to_gold per arm",
+        "## headline",
+        "",
+        *headline_lines(result),
+        "",
+        f"**shrunk: {'yes' if result['shrunk'] else 'no'}** (trained vs frozen: mean steps strictly fewer; equal is "
+        "not success)",
+        "",
+        "## per arm",
         "",
         *arm_table(result),
         "",
-        "## paired comparisons",
+        "## paired comparisons over tasks",
         "",
         *comparison_lines(result),
         "",
-        f"**shrunk: {'yes' if result['shrunk'] else 'no'}** (trained vs frozen: mean steps strictly fewer"
-        + (f"; the 95% interval {'excludes' if headline['ci_excludes_zero'] else 'does not exclude'} zero)"
-           if headline else ")"),
+        "## GRPO groups with zero reward variance",
+        "",
+        *zero_variance_lines(zero),
         "",
         "## every search (steps to gold)",
         "",
@@ -168,21 +222,29 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]]) -
 
 
 def body(cfg, run_dir: Path, args) -> StepResult:
-    missing = [arm_file(arm) for arm in ("frozen", "trained") if not (run_dir / arm_file(arm)).exists()]
-    if missing:
-        raise StepError(f"missing {', '.join(missing)} in {run_dir}: run steps 01 and 04 first")
     arms = {arm: load_traces(run_dir / arm_file(arm)) for arm in ARMS if (run_dir / arm_file(arm)).exists()}
+    if len(arms) < 2:
+        raise StepError(f"{run_dir} has {len(arms)} arm trace(s) ({', '.join(arms) or 'none'}); a compare needs two: "
+                        "run step 01 (frozen) or 04 (sft, trained, grpo_only) first")
+    zero = grpo_zero_variance(run_dir)
     try:
-        result = compare_arms(arms, sft_target=sft_target_source(sft_target_for(cfg.backend)))
+        result = compare_arms(arms, sft_target=sft_target_source(sft_target_of_config(cfg)),
+                              grpo_zero_variance={arm: z["share"] for arm, z in zero.items()})
     except CompareError as err:
         raise StepError(f"compare refused: {err}") from None
+    result["grpo_zero_variance"] = zero
     atomic_write_json(run_dir / "trace_compare.json", result)
     plot_arms(arms, run_dir / "trace.png")
-    atomic_write_text(run_dir / "summary.md", summary_markdown(run_dir, result, arms))
-    head = next((c for c in result["comparisons"] if (c["a"], c["b"]) == ("trained", "frozen")), None)
-    summary = (f"steps_to_gold frozen {head['mean_b']:.2f} -> trained {head['mean_a']:.2f} over {head['n_pairs']} "
-               f"paired searches (95% CI of the difference [{head['ci95'][0]:+.2f}, {head['ci95'][1]:+.2f}]): "
-               f"shrunk {'yes' if result['shrunk'] else 'no'}")
+    atomic_write_text(run_dir / "summary.md", summary_markdown(run_dir, result, arms, zero))
+    by = {(c["a"], c["b"]): c for c in result["comparisons"]}
+    parts = [f"{a} vs {b} steps {by[(a, b)]['measures']['steps']['mean_a']:.2f} vs "
+             f"{by[(a, b)]['measures']['steps']['mean_b']:.2f}, node-0 gold "
+             f"{by[(a, b)]['measures']['node0_gold']['mean_a']:.0%} vs {by[(a, b)]['measures']['node0_gold']['mean_b']:.0%}"
+             for a, b in (("trained", "frozen"), ("trained", "sft")) if (a, b) in by]
+    first = result["comparisons"][0] if result["comparisons"] else None
+    summary = (f"{'; '.join(parts) or (first and first['verdict']) or 'no comparable pair of arms'} over "
+               f"{result['n_tasks']} tasks: shrunk {'yes' if result['shrunk'] else 'no'}"
+               + (" (no GRPO effect readable: " + "; ".join(result["warnings"]) + ")" if result["warnings"] else ""))
     return StepResult(["trace_compare.json", "trace.png", "summary.md"], summary)
 
 

@@ -1,5 +1,7 @@
-"""The strict compare of arms: pairing, every refused mismatch, recomputed gold, the paired statistics
-(bootstrap interval on a constructed case, probability of improvement with ties, sign test), curves."""
+"""The strict compare of arms: pairing by key, every refused mismatch, recomputed gold, statistics over
+tasks (seeds averaged inside a task; sign test, Wilcoxon, bootstrap over tasks, no interval when every
+difference is equal, smallest detectable effect), headroom warnings, curves; constructed traces whose
+answers are known."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.compare import (CompareError, bootstrap_mean_ci, compare_arms, plot_arms, probability_of_improvement,
-                             sign_test, solved_by_node, solved_by_tokens, steps_or_budget)
+from harness.compare import CompareError, compare_arms, plot_arms, solved_by_node, solved_by_tokens, steps_or_budget
+from harness.search import node_seed
+from harness.stats import bootstrap_mean_ci, paired_measure, sign_test
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,47 +65,102 @@ def test_gold_is_recomputed_from_balanced_accuracy_never_trusted_from_the_file()
     assert steps_or_budget(invalid) == 5
 
 
-def test_arms_pairs_and_statistics():
-    frozen = arm([None, None, 4, 6, 2, None])
-    trained = arm([3, 12, 4, 2, 5, 0])
+def test_arms_compare_over_tasks_with_seeds_averaged_inside_a_task():
+    frozen = arm([None, None, 4, 6, 2, None])  # tasks p0 (17, 17), p1 (4, 6), p2 (2, 17)
+    trained = arm([3, 12, 4, 2, 5, 0])          # tasks p0 (3, 12), p1 (4, 2), p2 (5, 0)
     r = compare_arms({"frozen": frozen, "trained": trained}, resamples=2000)
     [c] = r["comparisons"]
-    f_steps, t_steps = [17, 17, 4, 6, 2, 17], [3, 12, 4, 2, 5, 0]
-    assert (c["a"], c["b"], c["n_pairs"]) == ("trained", "frozen", 6)
-    assert c["mean_a"] == pytest.approx(sum(t_steps) / 6, abs=1e-4) and c["mean_b"] == pytest.approx(sum(f_steps) / 6, abs=1e-4)
-    assert (c["shrunk_pairs"], c["tied_pairs"], c["grown_pairs"]) == (4, 1, 1)
-    assert c["sign_test_p"] == pytest.approx(sign_test(4, 1))
-    assert c["prob_improvement"] == pytest.approx((4 + 0.5) / 6)
-    assert c["shrunk"] is True and r["shrunk"] is True and c["resamples"] == 2000
-    assert c["ci95"][0] <= c["mean_diff"] <= c["ci95"][1] and c["ci_excludes_zero"] == (c["ci95"][1] < 0)
-    assert r["arms"]["frozen"]["solved"] == 3 and r["arms"]["trained"]["solved_share"] == 1.0
+    steps = c["measures"]["steps"]
+    assert (c["a"], c["b"], c["n_tasks"], c["n_searches"], r["unit"]) == ("trained", "frozen", 3, 6, "task")
+    assert steps["mean_a"] == pytest.approx((7.5 + 3 + 2.5) / 3, abs=1e-4)
+    assert steps["mean_b"] == pytest.approx((17 + 5 + 9.5) / 3, abs=1e-4)
+    assert (steps["better_tasks"], steps["tied_tasks"], steps["worse_tasks"]) == (3, 0, 0)
+    assert steps["sign_test_p"] == pytest.approx(0.25)  # 3 tasks, not 6 searches (that would be 0.031)
+    assert c["shrunk"] is True and r["shrunk"] is True
+    assert steps["ci95"][0] <= steps["mean_diff"] <= steps["ci95"][1]
+    solved = c["measures"]["solved"]
+    assert solved["mean_b"] == pytest.approx((0 + 1 + 0.5) / 3, abs=1e-4) and solved["mean_a"] == 1.0
+    node0 = c["measures"]["node0_gold"]
+    assert node0["mean_a"] == pytest.approx((0 + 0 + 0.5) / 3, abs=1e-4) and node0["mean_b"] == 0.0
+    assert r["arms"]["frozen"]["n_tasks"] == 3 and r["arms"]["trained"]["solved_share"] == 1.0
     assert r["arms"]["trained"]["gold_heldout_accuracy_mean"] == 0.9
 
 
+def test_three_tasks_two_seeds_with_equal_differences_get_no_interval_and_task_level_p():
+    # the committed result's shape: 3 tasks x 2 seeds, every search trained 0 vs frozen 3 (budget 2)
+    r = compare_arms({"frozen": arm([None] * 6, max_iterations=2), "trained": arm([0] * 6, max_iterations=2)},
+                     resamples=500)
+    steps = r["comparisons"][0]["measures"]["steps"]
+    assert steps["all_differences_equal"] is True and steps["ci95"] is None and steps["ci_excludes_zero"] is False
+    assert "every one of the 3 tasks differs by exactly -3" in steps["in_words"]
+    assert steps["sign_test_p"] == pytest.approx(0.25) and steps["wilcoxon_p"] == pytest.approx(0.25)
+
+
 def test_equal_means_are_not_shrunk():
-    r = compare_arms({"frozen": arm([3, 5]), "trained": arm([5, 3])}, resamples=500)
-    assert r["comparisons"][0]["mean_diff"] == 0 and r["shrunk"] is False
-    assert r["comparisons"][0]["prob_improvement"] == 0.5
+    r = compare_arms({"frozen": arm([3, 5, 4, 4]), "trained": arm([5, 3, 3, 5])}, resamples=500)
+    assert r["comparisons"][0]["measures"]["steps"]["mean_diff"] == 0 and r["shrunk"] is False
+    assert "no measurable difference in steps to gold" in r["comparisons"][0]["verdict"]
 
 
-def test_the_three_comparisons_of_three_arms():
-    r = compare_arms({"frozen": arm([None, None]), "sft": arm([0, 1]), "trained": arm([0, 0])}, resamples=200)
-    assert [(c["a"], c["b"]) for c in r["comparisons"]] == [("trained", "frozen"), ("sft", "frozen"),
-                                                             ("trained", "sft")]
+def test_the_comparisons_of_four_arms_and_none_needs_the_frozen_arm():
+    r = compare_arms({"frozen": arm([None, None]), "sft": arm([0, 1]), "trained": arm([0, 0]),
+                      "grpo_only": arm([None, 2])}, resamples=200)
+    assert [(c["a"], c["b"]) for c in r["comparisons"]] == [("trained", "frozen"), ("trained", "sft"),
+                                                             ("sft", "frozen"), ("grpo_only", "frozen"),
+                                                             ("trained", "grpo_only")]
+    only = compare_arms({"sft": arm([0, 1]), "trained": arm([0, 0])}, resamples=200)
+    assert [(c["a"], c["b"]) for c in only["comparisons"]] == [("trained", "sft")] and only["shrunk"] is False
+    with pytest.raises(CompareError, match="two arms"):
+        compare_arms({"trained": arm([0, 0])})
+
+
+def test_pairs_are_matched_by_key_not_by_position():
+    frozen = arm([None, None, 1, 1])
+    trained = list(reversed(arm([0, 0, 1, 1])))  # same pairs, other order
+    r = compare_arms({"frozen": frozen, "trained": trained}, resamples=200)
+    c = r["comparisons"][0]
+    by_task = {t["task_id"]: t for t in c["tasks"]}
+    assert by_task["heldout/p0/1/seed0/n24"]["trained_steps"] == 0 and by_task["heldout/p0/1/seed0/n24"]["frozen_steps"] == 17
+    assert by_task["heldout/p1/1/seed1/n24"]["trained_steps"] == 1 == by_task["heldout/p1/1/seed1/n24"]["frozen_steps"]
+
+
+def test_programs_that_differ_at_node_0_are_counted_by_task():
+    sft = arm([0, 0, 0, 0])
+    trained = arm([0, 0, 0, 0])
+    trained[3]["nodes"][0]["code"] = "def is_legal_action(s, a):\n    return True"
+    c = compare_arms({"sft": sft, "trained": trained}, resamples=100)["comparisons"][0]
+    assert c["programs_differ_at_node0"] == {"tasks": 1, "searches": 1, "of_tasks": 2, "of_searches": 4}
+
+
+def test_no_grpo_effect_is_reported_without_headroom_or_without_variance():
+    r = compare_arms({"sft": arm([0, 0]), "trained": arm([0, 0])}, resamples=100)
+    assert r["grpo_effect_readable"] is False and "gold at node 0 on every task (1/1)" in r["warnings"][0]
+    r = compare_arms({"sft": arm([None, 0]), "trained": arm([0, 1])}, resamples=100,
+                     grpo_zero_variance={"trained": 1.0})
+    assert r["grpo_effect_readable"] is False and "zero reward variance" in r["warnings"][0]
+    r = compare_arms({"sft": arm([None, 0]), "trained": arm([0, 1])}, resamples=100,
+                     grpo_zero_variance={"trained": 0.25})
+    assert r["grpo_effect_readable"] is True and r["warnings"] == []
+
+
+def test_paired_measure_tests_on_constructed_tasks():
+    m = paired_measure([0, 1, 2, 3, 4, 5], [1, 3, 5, 7, 9, 11], lower_is_better=True, resamples=500)
+    assert m["wilcoxon_p"] == pytest.approx(2 / 64) and m["wilcoxon_method"] == "exact"  # all 6 better, no ties
+    assert m["sign_test_p"] == pytest.approx(2 / 64) and m["better_tasks"] == 6
+    # mde80 = (1.96 + 0.8416) * sd / sqrt(n): differences -1..-6 have sd 1.8708
+    assert m["mde80"] == pytest.approx(2.8016 * 1.8708 / 6 ** 0.5, rel=1e-3)
+    higher = paired_measure([1.0, 1.0, 0.0], [0.0, 0.0, 0.0], lower_is_better=False, resamples=500)
+    assert (higher["better_tasks"], higher["worse_tasks"], higher["tied_tasks"]) == (2, 0, 1)
+    flat = paired_measure([1.0, 1.0], [1.0, 1.0], lower_is_better=False, resamples=100)
+    assert flat["wilcoxon_p"] == 1.0 and flat["mde80"] is None and flat["ci95"] is None
 
 
 def test_bootstrap_interval_on_a_constructed_case():
-    # two pairs {0, 2}: resampled means are 0 (1/4), 1 (1/2), 2 (1/4): the 95% interval is [0, 2]
+    # two tasks {0, 2}: resampled means are 0 (1/4), 1 (1/2), 2 (1/4): the 95% interval is [0, 2]
     assert bootstrap_mean_ci([0.0, 2.0], resamples=20000) == (0.0, 2.0)
-    assert bootstrap_mean_ci([-3.0] * 5, resamples=100) == (-3.0, -3.0)
     lo, hi = bootstrap_mean_ci([0.0, 1.0] * 50, resamples=4000)  # mean 0.5, sd of the mean 0.05
     assert 0.39 < lo < 0.41 and 0.59 < hi < 0.61
     assert bootstrap_mean_ci([1.0, 5.0, 2.0], seed=0) == bootstrap_mean_ci([1.0, 5.0, 2.0], seed=0)  # seeded
-
-
-def test_probability_of_improvement_counts_ties_half():
-    assert probability_of_improvement([-1, 0, 1, -2]) == pytest.approx(0.625)
-    assert probability_of_improvement([0, 0]) == 0.5
 
 
 @pytest.mark.parametrize("change, field", [
@@ -116,6 +174,8 @@ def test_probability_of_improvement_counts_ties_half():
     ({"max_new_tokens": 2048}, "operator.max_new_tokens"),
     ({"name": "vllm"}, "operator.name"),
     ({"dtype": "float32"}, "operator.dtype"),
+    ({"top_p": 0.9}, "operator.top_p"),
+    ({"top_k": 50}, "operator.top_k"),
 ])
 def test_every_mismatched_field_is_refused_by_name(change, field):
     with pytest.raises(CompareError, match=field.replace(".", r"\.")):
@@ -139,11 +199,18 @@ def test_sign_test(wins, losses, p):
     assert sign_test(wins, losses) == pytest.approx(p)
 
 
-def test_similarity_to_the_sft_target_marks_a_copied_program():
+def test_similarity_to_the_sft_target_marks_a_copied_program_at_node_0_and_at_gold():
     target = "def is_legal_action(s, a):\n    return 0"
     r = compare_arms({"frozen": arm([None, None]), "trained": arm([0, 0])}, sft_target=target, resamples=100)
     assert r["arms"]["trained"]["gold_similarity_to_sft_target_mean"] == 1.0
+    assert r["arms"]["trained"]["node0_similarity_to_sft_target_mean"] == 1.0
     assert r["arms"]["frozen"]["gold_similarity_to_sft_target_mean"] is None
+    assert r["arms"]["frozen"]["node0_similarity_to_sft_target_mean"] == 1.0  # its node 0 is that text too
+
+
+def test_sampling_seeds_mix_in_the_task():
+    assert node_seed(0, 0, "heldout/a/1/seed7/n24") != node_seed(0, 0, "heldout/b/1/seed8/n24")
+    assert node_seed(0, 3, "heldout/a/1/seed7/n24") == node_seed(0, 3, "heldout/a/1/seed7/n24")
 
 
 def test_curves_and_plot(tmp_path):
