@@ -67,7 +67,7 @@ RUN_ID ?=
 # make launch and make dry-run use presets/gcp.env unless W8_PRESET says otherwise.
 LAUNCH_PRESET = $${W8_PRESET:-gcp}
 
-.PHONY: sky-env dry-run smoke local launch gpu-smoke watch results down doctor
+.PHONY: sky-env dry-run smoke local study launch gpu-smoke watch results down doctor
 
 # make setup (and so make test and CI) also builds the SkyPilot env: the YAML tests need its parser.
 setup: $(SKY_STAMP)
@@ -91,6 +91,9 @@ smoke: setup ## the whole r3 pipeline locally on tiny knobs, a real model step p
 
 local: setup ## the whole r3 pipeline on the embedded model with CPU defaults -> results/<run-id>/ (< 20 min)
 	W8_PRESET=local bash scripts/run_r3.sh
+
+study: setup ## the CPU study whose arms can differ: 16 held-out tasks x 4 arms (~90 min, 2 cores) -> results/<run-id>/
+	W8_PRESET=study bash scripts/run_r3.sh
 
 launch: ## dry-run, then sky launch -c w8-biayn-r3 -y --down sky/r3.yaml (presets/gcp.env), output kept in .w8-biayn/logs/
 	W8_PRESET=$(LAUNCH_PRESET) $(MAKE) --no-print-directory dry-run

