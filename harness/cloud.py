@@ -200,6 +200,11 @@ def render_task(env_overrides: Iterable[tuple[str, str]] = (), gpus: str | None 
     return result
 
 
+def open_ports(task: Mapping[str, Any]) -> list[str]:
+    """The ports a rendered task opens (render_tasks' summary); [] is the only safe answer."""
+    return sorted({str(port) for ports in task.get("ports") or [] for port in ports})
+
+
 def _render_one(sky: Any, config: dict, scenario: dict) -> dict:
     envs = [tuple(kv) for kv in scenario.get("env") or []]
     secrets = [(name, "<redacted>") for name in scenario.get("secrets") or []]
@@ -219,6 +224,7 @@ def _render_one(sky: Any, config: dict, scenario: dict) -> dict:
         "cloud": [str(r.cloud) for r in resources],
         "disk_size": [r.disk_size for r in resources],
         "image_id": [r.image_id for r in resources],
+        "ports": [list(r.ports or []) for r in resources],  # SkyPilot opens these to 0.0.0.0/0 on GCP
         "num_nodes": task.num_nodes,
         "envs": dict(task.envs),
         "secret_names": sorted(task.secrets),  # names only: values never leave this process

@@ -6,7 +6,9 @@
 Checks, in order; the first failure prints `error: preflight <check>: <problem>; fix: <fix>`
 and exits 1, success ends with `preflight: k/k checks ok`:
   driver   the NVIDIA driver is new enough for the CUDA torch was built for
-  gpus     torch sees CUDA and at least $SKYPILOT_NUM_GPUS_PER_NODE devices
+  gpus     torch sees CUDA and at least the GPUs SkyPilot allotted: $SKYPILOT_SETUP_NUM_GPUS_PER_NODE
+           (what `setup:` sees), else $SKYPILOT_NUM_GPUS_PER_NODE (what `run:` sees); neither set on
+           a skyrl node is an error, not a skip
   gpu libs vllm, flash_attn and flashinfer import (their versions are printed)
   sandbox  the local sandbox backend has its namespaces (or Daytona is the backend)
   reward   the reference oracle, scored through the env registered in skyrl_gym inside a Ray
@@ -70,14 +72,32 @@ def check_driver(driver_version: str | None, torch_version: str, torch_cuda: str
     return "", f"driver {driver_version} >= {floor} for CUDA {torch_cuda} (torch {torch_version})"
 
 
-def check_gpus(cuda_available: bool, device_count: int, wanted: int | None) -> tuple[str, str]:
+# SkyPilot names the allotted GPU count differently per phase: SKYPILOT_SETUP_NUM_GPUS_PER_NODE in `setup:`
+# (where node_setup.sh runs this preflight), SKYPILOT_NUM_GPUS_PER_NODE in `run:` (SkyPilot's
+# docs/source/running-jobs/environment-variables.rst). Read in this order.
+GPU_COUNT_VARS = ("SKYPILOT_SETUP_NUM_GPUS_PER_NODE", "SKYPILOT_NUM_GPUS_PER_NODE")
+
+
+def wanted_gpus(env: dict[str, str] | os._Environ) -> tuple[str, int | None, str]:
+    """(problem or "", the GPU count SkyPilot allotted, the variable it came from) from the first set of GPU_COUNT_VARS."""
+    for name in GPU_COUNT_VARS:
+        value = (env.get(name) or "").strip()
+        if value:
+            if not value.isdigit():
+                return f"{name}={value!r} is not a GPU count", None, name
+            return "", int(value), name
+    return (f"neither {' nor '.join(GPU_COUNT_VARS)} is set, so the GPU count cannot be compared; fix: run the "
+            "preflight from sky/r3.yaml's setup or run (SkyPilot sets them), or export one by hand"), None, ""
+
+
+def check_gpus(cuda_available: bool, device_count: int, wanted: int, source: str) -> tuple[str, str]:
     if not cuda_available:
         return ("torch sees no CUDA device; fix: launch on a GPU instance (W8_ACCELERATORS) with a driver "
                 "nvidia-smi can see"), ""
-    if wanted is not None and device_count < wanted:
-        return (f"torch sees {device_count} GPU(s), SkyPilot allotted {wanted} (SKYPILOT_NUM_GPUS_PER_NODE); "
+    if device_count < wanted:
+        return (f"torch sees {device_count} GPU(s), SkyPilot allotted {wanted} ({source}); "
                 "fix: check nvidia-smi and CUDA_VISIBLE_DEVICES on the node"), ""
-    return "", f"{device_count} GPU(s) visible" + (f", {wanted} wanted" if wanted is not None else "")
+    return "", f"{device_count} GPU(s) visible, {wanted} allotted ({source})"
 
 
 def check_gpu_libraries(found: dict[str, str]) -> tuple[str, str]:
@@ -191,8 +211,10 @@ def gpu_checks() -> list[tuple[str, Callable[[], tuple[str, str]]]]:
         return check_driver(probe_driver(), torch["version"], torch["cuda"])
 
     def gpus():
-        wanted = os.environ.get("SKYPILOT_NUM_GPUS_PER_NODE")
-        return check_gpus(torch["available"], torch["count"], int(wanted) if wanted else None)
+        problem, wanted, source = wanted_gpus(os.environ)
+        if problem:
+            return problem, ""
+        return check_gpus(torch["available"], torch["count"], wanted, source)
 
     return [("driver", driver), ("gpus", gpus),
             ("gpu libs", lambda: check_gpu_libraries(probe_gpu_libraries(GPU_LIBRARIES)))]

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.cloud import TASK_YAML, CloudError, launch_command, render_tasks, scenario_of  # noqa: E402
+from harness.cloud import TASK_YAML, CloudError, launch_command, open_ports, render_tasks, scenario_of  # noqa: E402
 from harness.config import BY_ENV, KNOBS, Config, ConfigError, load_config  # noqa: E402
 from harness.dataset import DatasetError, is_balanced, make_task  # noqa: E402
 from harness.files import REPO_ROOT, WORK_DIR  # noqa: E402
@@ -86,15 +86,19 @@ def check_launch_needs(cfg: Config) -> str:
             f"{', '.join(keys) or 'none'}")
 
 
-def check_yaml(cfg: Config, out: Path) -> str:
+def check_yaml(cfg: Config, out: Path, yaml_path: Path = TASK_YAML) -> str:
     cmd = launch_command(os.environ, cfg.as_dict())
     (out / "sky_launch.txt").write_text(shlex.join(cmd) + "\n")
     try:
-        [task] = render_tasks([scenario_of(cmd)], TASK_YAML)
+        [task] = render_tasks([scenario_of(cmd)], yaml_path)
     except CloudError as err:
         raise CheckError(str(err)) from None
     if "error" in task:
-        raise CheckError(f"SkyPilot rejects {TASK_YAML.name} with this launch: {task['error']}")
+        raise CheckError(f"SkyPilot rejects {yaml_path.name} with this launch: {task['error']}")
+    ports = open_ports(task)
+    if ports:  # on GCP SkyPilot opens them to 0.0.0.0/0; the nodes of a cluster reach each other without
+        raise CheckError(f"{yaml_path.name} opens port(s) {', '.join(ports)} to the internet: remove `ports:` "
+                         "(the cluster's nodes already reach each other)")
     unknown = [name for name in task["envs"] if name not in BY_ENV and name != "W8_GIT_SHA"]
     if unknown:
         raise CheckError(f"sky/r3.yaml envs {', '.join(unknown)} are not knobs of harness/config.py")

@@ -64,15 +64,51 @@ def test_check_driver(driver, torch_version, cuda, problem):
 
 
 @pytest.mark.parametrize("available, count, wanted, problem", [
-    (False, 0, None, "torch sees no CUDA device"),
     (False, 0, 8, "torch sees no CUDA device"),
-    (True, 4, 8, "torch sees 4 GPU(s), SkyPilot allotted 8"),
+    (True, 4, 8, "torch sees 4 GPU(s), SkyPilot allotted 8 (SKYPILOT_SETUP_NUM_GPUS_PER_NODE)"),
     (True, 8, 8, None),
-    (True, 1, None, None),
+    (True, 1, 1, None),
 ])
 def test_check_gpus(available, count, wanted, problem):
-    found, detail = preflight.check_gpus(available, count, wanted)
+    found, detail = preflight.check_gpus(available, count, wanted, "SKYPILOT_SETUP_NUM_GPUS_PER_NODE")
     assert (found == "" and f"{count} GPU(s) visible" in detail) if problem is None else problem in found
+
+
+@pytest.mark.parametrize("env, wanted, source, problem", [
+    ({"SKYPILOT_SETUP_NUM_GPUS_PER_NODE": "8"}, 8, "SKYPILOT_SETUP_NUM_GPUS_PER_NODE", ""),  # setup: (the preflight's phase)
+    ({"SKYPILOT_NUM_GPUS_PER_NODE": "4"}, 4, "SKYPILOT_NUM_GPUS_PER_NODE", ""),  # run:
+    ({"SKYPILOT_SETUP_NUM_GPUS_PER_NODE": "8", "SKYPILOT_NUM_GPUS_PER_NODE": "1"}, 8,
+     "SKYPILOT_SETUP_NUM_GPUS_PER_NODE", ""),
+    ({"SKYPILOT_SETUP_NUM_GPUS_PER_NODE": "", "SKYPILOT_NUM_GPUS_PER_NODE": "2"}, 2, "SKYPILOT_NUM_GPUS_PER_NODE", ""),
+    ({}, None, "", "neither SKYPILOT_SETUP_NUM_GPUS_PER_NODE nor SKYPILOT_NUM_GPUS_PER_NODE is set"),
+    ({"SKYPILOT_SETUP_NUM_GPUS_PER_NODE": "eight"}, None, "SKYPILOT_SETUP_NUM_GPUS_PER_NODE",
+     "SKYPILOT_SETUP_NUM_GPUS_PER_NODE='eight' is not a GPU count"),
+])
+def test_wanted_gpus_reads_the_setup_variable_first(env, wanted, source, problem):
+    found_problem, found_wanted, found_source = preflight.wanted_gpus(env)
+    assert (found_wanted, found_source) == (wanted, source)
+    assert found_problem.startswith(problem) if problem else found_problem == ""
+
+
+@pytest.mark.parametrize("env, problem", [
+    # the defect: in setup: only the SETUP variable is set, and the old check skipped the comparison
+    ({"SKYPILOT_SETUP_NUM_GPUS_PER_NODE": "8"}, "torch sees 4 GPU(s), SkyPilot allotted 8"),
+    ({}, "neither SKYPILOT_SETUP_NUM_GPUS_PER_NODE nor SKYPILOT_NUM_GPUS_PER_NODE is set"),
+    ({"SKYPILOT_SETUP_NUM_GPUS_PER_NODE": "4"}, ""),
+])
+def test_the_gpu_check_compares_the_count_in_setup(monkeypatch, env, problem):
+    """The probes of a 4-GPU node with a good driver (there is no GPU here); the check under setup's variables."""
+    monkeypatch.setattr(preflight, "probe_torch", lambda: {"version": "2.13.0", "cuda": "13.0", "available": True,
+                                                           "count": 4})
+    monkeypatch.setattr(preflight, "probe_driver", lambda: "580.65.06")
+    for name in preflight.GPU_COUNT_VARS:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    checks = dict(preflight.gpu_checks())
+    assert checks["driver"]()[0] == ""
+    found, _ = checks["gpus"]()
+    assert found.startswith(problem) if problem else found == ""
 
 
 @pytest.mark.parametrize("found, problem", [
@@ -197,6 +233,7 @@ def run_preflight(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "W8_SANDBOX": "local"}
     env.pop("DAYTONA_API_KEY", None)
     env.pop("SKYPILOT_NUM_GPUS_PER_NODE", None)
+    env.pop("SKYPILOT_SETUP_NUM_GPUS_PER_NODE", None)
     return subprocess.run([sys.executable, "-m", "harness.preflight", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=300, env=env)
 
