@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,8 +36,15 @@ GCLOUD_CONFIG_DIR = WORK_DIR / "gcloud"
 TASK_YAML = REPO_ROOT / "sky" / "r3.yaml"
 CLUSTER = "w8-biayn-r3"
 SECRETS = ("DAYTONA_API_KEY", "WANDB_API_KEY")  # optional; travel as SkyPilot secrets, never as --env
+LAUNCHER_KNOBS = ("W8_KEEP_CLUSTER", "W8_GCP_IAP", "W8_GCP_VPC")  # read by scripts/launch.py; the node never needs them
 SA_FIELDS = ("type", "project_id", "private_key", "client_email", "token_uri")
 TOKEN_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+# Idle minutes after which SkyPilot tears the cluster down once launch.py has armed autodown (as soon as
+# the cluster is UP, before set-up). Idle = no job and no SSH session (SkyPilot's default wait_for,
+# jobs_and_ssh): a set-up streaming over SSH keeps it alive; a laptop that went away does not.
+# SkyPilot's own `--down` is armed only after set-up succeeds and then replaces this with 1 minute.
+AUTODOWN_IDLE_MINUTES = 10
+CLUSTER_STATES = ("UP", "INIT", "STOPPED")
 
 
 class CloudError(RuntimeError):
@@ -123,8 +131,9 @@ def popen_sky(args: list[str], env: Mapping[str, str] | None = None, sa_path: Pa
 
 # ---- sky launch command ------------------------------------------------------------------------
 def knob_envs(env: Mapping[str, str]) -> list[tuple[str, str]]:
-    """The W8_* knobs set (non-empty) in `env`, in knob-table order."""
-    return [(knob.env, env[knob.env]) for knob in KNOBS if env.get(knob.env, "") != ""]
+    """The W8_* knobs set (non-empty) in `env`, in knob-table order, minus the launcher's own."""
+    return [(knob.env, env[knob.env]) for knob in KNOBS
+            if env.get(knob.env, "") != "" and knob.env not in LAUNCHER_KNOBS]
 
 
 def launch_command(env: Mapping[str, str], resolved: Mapping[str, Any] | None = None,
@@ -153,6 +162,30 @@ def launch_command(env: Mapping[str, str], resolved: Mapping[str, Any] | None = 
         if env.get(name):
             cmd += ["--secret", name]
     return cmd
+
+
+# ---- reading sky's output ------------------------------------------------------------------------
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def cluster_state(listing: str, cluster: str = CLUSTER) -> str | None:
+    """The cluster's STATUS (UP, INIT, STOPPED) in `sky status` output, or None when it is not listed."""
+    for line in _ANSI.sub("", listing).splitlines():
+        words = line.split()
+        if words[:1] == [cluster]:
+            return next((w for w in words[1:] if w in CLUSTER_STATES), "listed")
+    return None
+
+
+def chosen_cost_per_hour(lines: Iterable[str]) -> float | None:
+    """$/hour of the resources SkyPilot's optimizer chose (the ✔ row of its table in `sky launch` output,
+    all nodes together); None when the launch printed no table (it failed before the optimizer)."""
+    cost = None
+    for line in lines:
+        match = re.search(r"(\d+\.\d+)\s*(?:[│|]\s*)?✔", _ANSI.sub("", line))
+        if match:
+            cost = float(match.group(1))
+    return cost
 
 
 # ---- run inside .venv-sky ----------------------------------------------------------------------

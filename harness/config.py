@@ -192,6 +192,15 @@ KNOBS: tuple[Knob, ...] = (
     _knob("skyrl_ref", str, SKYRL_REF, "SkyRL git tag or commit the node installs (scripts/node_setup.sh); it must pin "
           "what the dry-run validated", ((lambda v: re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", v) is not None),
                                          "a git tag or commit")),
+    _knob("keep_cluster", _flag, False, "make launch / gpu-smoke: leave a cluster whose launch failed or was "
+          "interrupted up (for debugging; it bills until `make down`) instead of `sky down -y`",
+          ((lambda v: isinstance(v, bool)), "0 or 1")),
+    _knob("gcp_iap", _flag, False, "launch with SSH through IAP TCP forwarding, internal IPs only, in the VPC "
+          "W8_GCP_VPC (docs/gpu-launch.md)", ((lambda v: isinstance(v, bool)), "0 or 1")),
+    _knob("gcp_vpc", str, "", "GCP VPC network of W8_GCP_IAP=1 launches: its only tcp:22 source must be IAP's "
+          "35.235.240.0/20 (make doctor checks)", ((lambda v: v == "" or re.fullmatch(r"[a-z]([-a-z0-9]{0,61}"
+                                                                                        r"[a-z0-9])?", v) is not None),
+                                                  "'' or a GCP network name")),
     _knob("preset", str, "", "a file presets/<name>.env whose knobs fill in what is not set (smoke | local | gcp | "
           "gpu-smoke)", _preset_name()),
 )
@@ -309,6 +318,9 @@ def check_together(values: Mapping[str, Any]) -> None:
                           "writes SkyRL's exports on whichever node it lands, so they must go to a bucket")
     if values["sft_count"] > 0 and values["harness_sft_steps"] == 0:
         raise ConfigError(f"W8_SFT_COUNT={values['sft_count']} with W8_HARNESS_SFT_STEPS=0: there is no SFT to give rows to")
+    if values["gcp_iap"] and not values["gcp_vpc"]:
+        raise ConfigError("W8_GCP_IAP=1 needs W8_GCP_VPC=<network>: the VPC whose firewall admits tcp:22 from IAP's "
+                          "35.235.240.0/20 only (docs/gpu-launch.md)")
     if values["num_nodes"] > 1 and values["backend"] != "skyrl":
         raise ConfigError(f"W8_NUM_NODES={values['num_nodes']}: several nodes need W8_BACKEND=skyrl")
 

@@ -153,7 +153,8 @@ def test_launch_log_is_kept_and_results_collected_fake_sky(fake_sky, tmp_path):
     logs = sorted((tmp_path / "logs").glob("launch-gpu-smoke-*.log"))
     assert logs and "node setup: uv ok" in logs[-1].read_text() and "W8_RESULT" in logs[-1].read_text()
     assert (tmp_path / "results" / run_dir.name / "summary.md").read_text().startswith("# r3")
-    [call] = calls(record)
+    call, *after = calls(record)
+    assert [c["argv"] for c in after] == [["status", "w8-biayn-r3"]]  # the last line says whether it is still up
     assert call["argv"][call["argv"].index("--gpus") + 1] == "L4:1"
     env["FAKE_SKY_EXIT"] = "3"
     failed = run([PY, "scripts/launch.py"], env)
@@ -168,7 +169,7 @@ def test_launch_fake_sky_gets_scoped_env_and_no_global_gcloud_config(fake_sky):
     proc = run([PY, "scripts/launch.py"], env)
     assert proc.returncode == 0, proc.stderr
     assert "s3cr3t" not in proc.stdout + proc.stderr
-    [call] = calls(record)
+    call = calls(record)[0]
     assert call["argv"][:6] == ["launch", "-c", "w8-biayn-r3", "-y", "--down", "sky/r3.yaml"]
     assert "W8_TRACE_MAX_ITERATIONS=8" in call["argv"] and call["argv"][-2:] == ["--secret", "DAYTONA_API_KEY"]
     assert call["cwd"] == str(REPO)
