@@ -9,6 +9,8 @@
    W8_SANDBOX=daytona);
 2. the node install spec (harness.node_env): SkyRL 0.4.0's fsdp pins from its PyPI sdist,
    resolved with sky/requirements-node.txt for linux x86_64 / Python 3.12 (uv pip compile);
+   and (harness.node_lock) sky/requirements-node.txt compiled against SkyRL's real uv.lock (the
+   committed export sky/skyrl-fsdp-lock.txt; the line says which lock), as the node does before uv sync;
 3. sky/r3.yaml through SkyPilot's own parser (sky.Task.from_yaml_config, in .venv-sky) with
    exactly the --env/--gpus/--num-nodes/--image-id/--secret that `make launch` passes;
 4. the SkyRL plans (scripts/validate_skyrl.py): the knobs' shape and 1, 2, 4 nodes of <GPU>:8
@@ -134,6 +136,10 @@ def check_node_env(out: Path) -> str:
     return _subprocess_check(["-m", "harness.node_env", "check", "--out", str(out / "node-env")])
 
 
+def check_lock(out: Path) -> str:
+    return _subprocess_check(["-m", "harness.node_lock", "check", "--out", str(out / "node-lock")])
+
+
 def check_skyrl(out: Path) -> str:
     # rows go under .w8-biayn (ignored), not the trainer's default ~/data
     return _subprocess_check(["scripts/validate_skyrl.py", "--data-dir", str(WORK_DIR / "dry-run-data"),
@@ -189,8 +195,8 @@ def main() -> int:
           f"model {cfg.harness_model}); rendered files in {out.relative_to(REPO_ROOT)}/")
     checks.results.append(True)
     checks.run("launch needs", check_launch_needs, cfg)
-    checks.run_together([("node env", check_node_env, out), ("sky/r3.yaml", check_yaml, cfg, out),
-                         ("skyrl plans", check_skyrl, out)])
+    checks.run_together([("node env", check_node_env, out), ("skyrl lock", check_lock, out),
+                         ("sky/r3.yaml", check_yaml, cfg, out), ("skyrl plans", check_skyrl, out)])
     checks.run("datasets", check_datasets, cfg)
     checks.run("bash -n", check_bash)
     checks.run("compileall", check_compile)
