@@ -4,12 +4,18 @@
 #
 #   bash scripts/node_setup.sh                        # sky/r3.yaml's `setup:`, from ~/sky_workdir (this repo)
 #   W8_SKYRL_REF=<tag or commit> bash scripts/node_setup.sh   # another SkyRL ref (check-checkout must pass)
+#   bash scripts/node_setup.sh --check-only           # rehearsal on any machine: pins, lock check, checkout
+#                                                     # check; stops before uv sync (no CUDA downloads)
+#   SKYRL_GIT_URL=/path/to/a/SkyRL/mirror HOME=/tmp/node bash scripts/node_setup.sh --check-only
 #
 # Stages, one line each (`node setup: <stage> ok (Ns)`):
 #   uv        uv 0.13.8 (Astral's installer for that version) unless it is already on PATH
 #   checkout  github.com/NovaSky-AI/SkyRL cloned into ~/skyrl, detached at skyrl-v0.4.0
-#   venv      ~/skyrl/.venv (uv venv --python 3.12 --seed), then `harness.node_env check-checkout`:
-#             the checkout pins exactly what `make dry-run` validated from the PyPI sdist
+#   venv      ~/skyrl/.venv (uv venv --python 3.12 --seed)
+#   lock      `harness.node_lock check-checkout`: sky/requirements-node.txt compiled against the checkout's
+#             own uv.lock (uv export --frozen --extra fsdp), so a misfit costs seconds, not a full sync
+#   check     `harness.node_env check-checkout`: the checkout pins what `make dry-run` validated from the sdist
+#   (--check-only stops here)
 #   sync      `uv sync --extra fsdp` in ~/skyrl (SkyRL's recipe, as its gsm8k SkyPilot example)
 #   ours      sky/requirements-node.txt, with `-c` = every package sync installed (cannot move one)
 #   preflight python -m harness.preflight: driver vs CUDA, GPUs, vllm/flash-attn/flashinfer, sandbox, reward
@@ -20,11 +26,17 @@
 # Secrets (DAYTONA_API_KEY, WANDB_API_KEY) are in the environment: never `set -x` here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+CHECK_ONLY=0
+case "${1:-}" in
+  --check-only) CHECK_ONLY=1 ;;
+  "") ;;
+  *) echo "error: node setup: unknown argument '$1' (only --check-only)" >&2; exit 2 ;;
+esac
 
 # The pins: tests/test_node_env.py checks they equal UV_VERSION and SKYRL_REF in harness/node_env.py.
 UV_VERSION=0.13.8
 SKYRL_REF="${W8_SKYRL_REF:-skyrl-v0.4.0}"
-SKYRL_GIT_URL=https://github.com/NovaSky-AI/SkyRL.git
+SKYRL_GIT_URL="${SKYRL_GIT_URL:-https://github.com/NovaSky-AI/SkyRL.git}"  # a local mirror for a rehearsal
 SKYRL_DIR="$HOME/skyrl"
 SKYRL_PY="$SKYRL_DIR/.venv/bin/python"
 REPO="$PWD"
@@ -39,7 +51,7 @@ uv_version() { uv --version 2>/dev/null | awk '{print $2}'; }
 
 # ---- uv ---------------------------------------------------------------------------------------------
 begin
-if [ "$(uv_version)" != "$UV_VERSION" ]; then
+if [ "$(uv_version)" != "$UV_VERSION" ] && [ "$CHECK_ONLY" = 0 ]; then
   # Astral's installer for that version (docs.astral.sh/uv: installation); no shell profile edits
   curl -LsSf "https://astral.sh/uv/$UV_VERSION/install.sh" \
     | UV_INSTALL_DIR="$HOME/.local/bin" UV_NO_MODIFY_PATH=1 sh >/dev/null \
@@ -58,13 +70,28 @@ git -C "$SKYRL_DIR" rev-parse --verify --quiet "$SKYRL_REF^{commit}" >/dev/null 
 git -C "$SKYRL_DIR" checkout --quiet --detach "$SKYRL_REF"
 done_stage "checkout $SKYRL_REF ($(git -C "$SKYRL_DIR" rev-parse --short HEAD))"
 
-# ---- venv, and the checkout is the validated release -------------------------------------------------
-# The venv's Python 3.12 runs check-checkout (standard library only): the image's python3 may predate tomllib.
+# ---- venv, the lock check, and the checkout is the validated release ---------------------------------
+# The venv's Python 3.12 runs node_lock and check-checkout (standard library only): the image's python3 may
+# predate tomllib.
 begin
 [ -x "$SKYRL_PY" ] || (cd "$SKYRL_DIR" && uv venv --quiet --python 3.12 --seed) \
   || die "uv venv --python 3.12 --seed failed in $SKYRL_DIR (uv's reason above); rm -rf $SKYRL_DIR/.venv and rerun"
+done_stage "venv"
+
+begin
+LOCK_LINE=$("$SKYRL_PY" -m harness.node_lock check-checkout "$SKYRL_DIR" --out "$REPO/.w8-biayn/node") \
+  || die "sky/requirements-node.txt does not fit SkyRL's uv.lock at $SKYRL_REF (reason above); nothing was synced"
+echo "node setup: $LOCK_LINE"
+done_stage "lock"
+
+begin
 "$SKYRL_PY" -m harness.node_env check-checkout "$SKYRL_DIR" || exit 1
-done_stage "venv + check-checkout"
+done_stage "check-checkout"
+
+if [ "$CHECK_ONLY" = 1 ]; then
+  echo "node setup: check-only: stopped before uv sync (sync, our additions and the preflight did not run)"
+  exit 0
+fi
 
 # ---- SkyRL's own recipe ------------------------------------------------------------------------------
 begin

@@ -247,8 +247,9 @@ def test_node_setup_parses_and_pins_what_node_env_pins():
     assert parsed.returncode == 0, parsed.stderr
     assert re.search(r"^UV_VERSION=(\S+)$", script, re.M)[1] == node_env.UV_VERSION
     assert re.search(r'^SKYRL_REF="\$\{W8_SKYRL_REF:-([^}]+)\}"$', script, re.M)[1] == node_env.SKYRL_REF
-    assert re.search(r"^SKYRL_GIT_URL=(\S+)$", script, re.M)[1] == node_env.SKYRL_GIT_URL
+    assert re.search(r'^SKYRL_GIT_URL="\$\{SKYRL_GIT_URL:-([^}]+)\}"', script, re.M)[1] == node_env.SKYRL_GIT_URL
     assert "set -euo pipefail" in script and not re.search(r"^\s*set -[a-z]*x", script, re.M)  # secrets in env
-    for step in ("uv sync --quiet --extra fsdp", "harness.node_env check-checkout", "harness.node_env constraints",
+    for step in ("uv sync --quiet --extra fsdp", "harness.node_lock check-checkout", "harness.node_env check-checkout",
+                 "harness.node_env constraints",
                  "-r sky/requirements-node.txt -c", "harness.preflight"):
         assert step in script, step
