@@ -69,6 +69,12 @@ LAUNCH_PRESET = $${W8_PRESET:-gcp}
 
 .PHONY: sky-env dry-run smoke local study launch gpu-smoke watch results down doctor
 
+# RUN_ID=<id> is the short form of W8_RUN_ID=<id> for smoke, local and study too (as for make results),
+# so `make smoke RUN_ID=<id>` resumes that run; both given and different is refused by name.
+RUN_ID_TO_ENV = if [ -n "$(RUN_ID)" ] && [ -n "$${W8_RUN_ID:-}" ] && [ "$(RUN_ID)" != "$$W8_RUN_ID" ]; then \
+	echo "error: RUN_ID=$(RUN_ID) and W8_RUN_ID=$$W8_RUN_ID name different runs: give one of them" >&2; exit 2; fi; \
+	export W8_RUN_ID="$${W8_RUN_ID:-$(RUN_ID)}"
+
 # make setup (and so make test and CI) also builds the SkyPilot env: the YAML tests need its parser.
 setup: $(SKY_STAMP)
 
@@ -86,14 +92,14 @@ dry-run: setup ## validate a launch offline: knobs, node install spec, sky/r3.ya
 	W8_PRESET=$(LAUNCH_PRESET) $(PY) scripts/dry_run.py
 
 smoke: setup ## the whole r3 pipeline locally on tiny knobs, a real model step per stage (< 5 min)
-	@export W8_PRESET=smoke W8_RESULTS_ROOT=$${W8_RESULTS_ROOT:-.w8-biayn/smoke-results}; \
+	@$(RUN_ID_TO_ENV); export W8_PRESET=smoke W8_RESULTS_ROOT=$${W8_RESULTS_ROOT:-.w8-biayn/smoke-results}; \
 	W8_RUN_ID=$${W8_RUN_ID:-smoke-$$(date -u +%Y%m%d-%H%M%S)} bash scripts/run_r3.sh
 
 local: setup ## the whole r3 pipeline on the embedded model with CPU defaults -> results/<run-id>/ (< 20 min)
-	W8_PRESET=local bash scripts/run_r3.sh
+	@$(RUN_ID_TO_ENV); W8_PRESET=local bash scripts/run_r3.sh
 
 study: setup ## the CPU study whose arms can differ: 16 held-out tasks x 4 arms (~90 min, 2 cores) -> results/<run-id>/
-	W8_PRESET=study bash scripts/run_r3.sh
+	@$(RUN_ID_TO_ENV); W8_PRESET=study bash scripts/run_r3.sh
 
 launch: ## dry-run, then sky launch -c w8-biayn-r3 -y --down sky/r3.yaml (presets/gcp.env), output kept in .w8-biayn/logs/
 	W8_PRESET=$(LAUNCH_PRESET) $(MAKE) --no-print-directory dry-run

@@ -18,6 +18,7 @@ set, so `make local W8_TRACE_MAX_ITERATIONS=8` wins over it.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
 import sys
@@ -208,6 +209,36 @@ KNOBS: tuple[Knob, ...] = (
 BY_NAME = {k.name: k for k in KNOBS}
 BY_ENV = {k.env: k for k in KNOBS}
 
+# The W8_ variables that are not knobs (not recorded in run_config.json, no flag): where files go and
+# which tools run, read where they are used. Any other W8_ name in the environment is a typo and stops
+# the program (unknown_env_error), so this list is the whole vocabulary together with KNOBS.
+OTHER_ENV = {
+    "W8_RESULTS_ROOT": "where scripts/run_r3.sh copies a run's small artifacts (results/; make smoke: "
+                       ".w8-biayn/smoke-results)",
+    "W8_RUNS_ROOT": "where run folders live (.w8-biayn/runs)",
+    "W8_LOGS_DIR": "saved launch and watch logs (.w8-biayn/logs)",
+    "W8_PYTHON": "the interpreter scripts/run_r3.sh runs the steps with",
+    "W8_STEPS_DIR": "tests only: swaps the step scripts scripts/run_r3.sh runs",
+    "W8_EMIT_RESULTS": "1: print W8_RESULT lines off a node too (on a node, SKYPILOT_NODE_RANK set, always)",
+    "W8_GIT_SHA": "the git sha recorded where .git is absent (the launcher sends it to the node)",
+    "W8_GCP_KEY_FILE": "the service-account JSON (.gcp-service-account.json)",
+    "W8_CHROMIUM": "the Chromium executable of the harvest (/usr/bin/chromium)",
+    "W8_FAKE_GPU_TRAINER": "tests only: the fake GPU trainer's result file (tests/fake_gpu)",
+    "W8_TEST_SECRET": "tests only: a secret the sandbox must not leak",
+}
+
+
+def unknown_env_error(env: Mapping[str, str]) -> str | None:
+    """One line for the first W8_ variable that is neither a knob nor in OTHER_ENV, with the closest
+    known name: a typo such as W8_TRACE_SEDS would otherwise run silently with the default."""
+    known = [*BY_ENV, *OTHER_ENV]
+    for name in sorted(env):
+        if name.startswith("W8_") and name not in BY_ENV and name not in OTHER_ENV:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}?" if close else "see harness/config.py (KNOBS, OTHER_ENV)"
+            return f"{name}: unknown knob; {hint}"
+    return None
+
 
 def default(name: str) -> Any:
     """A knob's default: the public helpers (score_harness, run_harness, ...) use it when called
@@ -280,6 +311,9 @@ def load_config(argv: Sequence[str] | None = None, env: dict[str, str] | None = 
                 parser: argparse.ArgumentParser | None = None) -> Config:
     """Resolve every knob from flags (if argv is given), env vars, then defaults."""
     env = os.environ if env is None else env
+    unknown = unknown_env_error(env)
+    if unknown:
+        raise ConfigError(unknown)
     flags: dict[str, Any] = {}
     if argv is not None:
         parser = parser or argparse.ArgumentParser()

@@ -9,20 +9,84 @@ WORK_DIR is `.w8-biayn/` at the repo root ("w8-biayn" is the project's work-area
 `W8_` prefix of every knob comes from it), git-ignored: run folders, caches, logs, the
 converted model. A reader never sees half a file or half a folder: writes go to a
 sibling temp path and are renamed into place (os.replace is atomic on one filesystem).
+A write that the storage refuses (read-only, full, no permission) raises StorageError: one
+line naming the path and the fix, never a bare traceback.
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import json
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Iterator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 WORK_DIR = REPO_ROOT / ".w8-biayn"
+
+
+class StorageError(OSError):
+    """A file the storage will not write or read back whole; str() is one line with the path and the fix."""
+
+    def __str__(self) -> str:  # OSError(errno, text) would print "[Errno 30] text": the text is the line
+        return str(self.strerror or (self.args[0] if self.args else "storage error"))
+
+
+# errno -> what to do about it; anything else is reported with the system's own words
+STORAGE_FIXES = {
+    errno.EROFS: "read-only file system: remount it writable or point the run elsewhere (W8_RUNS_ROOT, "
+                 "W8_RESULTS_ROOT)",
+    errno.EACCES: "permission denied: make it writable for this user or point the run elsewhere (W8_RUNS_ROOT, "
+                  "W8_RESULTS_ROOT)",
+    errno.EPERM: "operation not permitted: make it writable for this user or point the run elsewhere "
+                 "(W8_RUNS_ROOT, W8_RESULTS_ROOT)",
+    errno.ENOSPC: "no space left on the device: free disk space (old run folders under .w8-biayn/runs take "
+                  "~1.6 GB each) and rerun; finished steps are kept",
+    errno.EDQUOT: "disk quota exceeded: free space and rerun; finished steps are kept",
+}
+
+
+def storage_error(path: str | Path, err: OSError) -> StorageError:
+    """An OSError of a file operation as one line: the path, what happened, the fix."""
+    fix = STORAGE_FIXES.get(err.errno or 0, err.strerror or str(err))
+    return StorageError(err.errno, f"{path}: {fix}")
+
+
+def file_digest(path: str | Path) -> dict[str, int | str]:
+    """{"sha256", "bytes"} of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return {"sha256": digest.hexdigest(), "bytes": Path(path).stat().st_size}
+
+
+def check_writable(folder: str | Path) -> Path:
+    """Create `folder` if needed and prove a file can be written there (then removed); StorageError if not.
+    Run before step 01, so a read-only results root is found before hours of work, not after."""
+    folder = Path(folder)
+    probe = folder / f".w8-write-probe-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as err:
+        raise storage_error(folder, err) from None
+    return folder
+
+
+def read_json(path: str | Path, fix: str = "delete it and rerun") -> object:
+    """A JSON file's content; StorageError naming the file (truncated or corrupt JSON, unreadable) and `fix`."""
+    try:
+        return json.loads(Path(path).read_text())
+    except ValueError as err:
+        raise StorageError(errno.EINVAL, f"{path}: corrupt JSON ({err}); {fix}") from None
+    except OSError as err:
+        raise storage_error(path, err) from None
 
 
 def logs_dir() -> Path:
@@ -45,10 +109,18 @@ def shown_path(path: str | Path, root: str | Path) -> str:
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write via a temp file in the same folder, then rename: readers never see half a file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise storage_error(path.parent, err) from None
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as err:
+        with suppress(OSError):  # a half-written temp file must not stay behind (ENOSPC)
+            tmp.unlink(missing_ok=True)
+        raise storage_error(path, err) from None
     return path
 
 

@@ -21,7 +21,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from harness.exports import save_hf
+from harness.exports import ExportError, check_export, quiet_transformers, save_hf
 from harness.files import WORK_DIR
 
 CACHE = WORK_DIR / "models"
@@ -55,6 +55,7 @@ def convert_gguf(gguf: Path, out_dir: Path) -> Path:
     """Dequantize a GGUF checkpoint into a float32 HF directory at `out_dir` (temp dir, then rename)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
     # The GGUF path dequantizes on load; make sure no quantizer state is saved with it,
@@ -86,12 +87,17 @@ def _fix_chat_special_tokens(tokenizer, model) -> None:
 
 
 def check_model_dir(path: Path) -> Path:
-    """A local HF model directory must exist and hold config.json."""
+    """A local HF model directory must exist, hold config.json and whole weights (harness.exports.check_export:
+    a truncated safetensors file is named here, not deep inside transformers)."""
     if not path.is_dir():
         raise ModelError(f"model directory {path} does not exist")
     if not (path / "config.json").is_file():
         raise ModelError(f"model directory {path} has no config.json (not an HF checkpoint; "
                          "point W8_HARNESS_MODEL at an export's global_step_N/policy dir)")
+    try:
+        check_export(path)
+    except ExportError as err:
+        raise ModelError(str(err)) from None
     return path
 
 

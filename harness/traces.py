@@ -15,13 +15,12 @@ differs, so step 05 can pair them. An arm's searches advance together in rounds
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
 from harness.config import Config
 from harness.dataset import DatasetError, Task, heldout_examples, make_task, n_pages
-from harness.files import atomic_write_json, shown_path
+from harness.files import StorageError, atomic_write_json, read_json, shown_path
 from harness.operators import OperatorError, operator_from_config
 from harness.pipeline import StepError, config_of_run
 from harness.sandbox import sandbox_provenance
@@ -139,7 +138,9 @@ def write_traces(path: Path, role: str, model: str, traces: list[dict[str, Any]]
 
 def load_traces(path: Path) -> list[dict[str, Any]]:
     """The traces of a trace file written by write_traces (or a single plain trace JSON)."""
-    data = json.loads(Path(path).read_text())
+    data = read_json(path, fix="rerun the step that wrote it (same W8_RUN_ID: its marker no longer matches)")
+    if not isinstance(data, dict):
+        raise StorageError(0, f"{path}: not a trace file (a JSON object with 'traces' expected)")
     return data["traces"] if "traces" in data else [data]
 
 

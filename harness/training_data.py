@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.dataset import DatasetError, Example, Task, make_task
-from harness.files import atomic_write_bytes, atomic_write_text
+from harness.files import atomic_write_bytes, atomic_write_text, file_digest
 from harness.oracle import sft_target_source
 from harness.prompts import build_zero_shot_prompt
 from harness.rewards import RewardKnobs
@@ -145,16 +145,35 @@ def prepare_training_data(train_count: int, examples_per_obs: int, data_dir: str
                                     sort_keys=True).encode()).hexdigest()[:16]
     out = TrainingData(root / "train.parquet", root / "validation.parquet", root / "sft", len(train), len(evals))
     stamp = root / "fingerprint.json"
-    if stamp.is_file() and json.loads(stamp.read_text()).get("key") == key and out.train_parquet.is_file() \
-            and out.eval_parquet.is_file() and (out.sft_dir / "train.jsonl").is_file():
+    files = {"train.parquet": out.train_parquet, "validation.parquet": out.eval_parquet,
+             "sft/train.jsonl": out.sft_dir / "train.jsonl"}
+    if cached_files_intact(stamp, key, files):
         return out
     write_parquet_rows([skyrl_row(t, reward) for t in train], out.train_parquet)
     write_parquet_rows([skyrl_row(t, reward) for t in evals], out.eval_parquet)
     write_jsonl_rows([sft_row(t, sft_target) for t in sft_rows], out.sft_dir / "train.jsonl")
     atomic_write_text(stamp, json.dumps({"key": key, "train_count": train_count, "sft_count": len(sft_rows),
                                          "examples_per_obs": examples_per_obs,
-                                         "sft_target": sft_target[:40], **reward.as_row()}) + "\n")
+                                         "sft_target": sft_target[:40], **reward.as_row(),
+                                         "sha256": {n: file_digest(p)["sha256"] for n, p in files.items()}}) + "\n")
     return out
+
+
+def cached_files_intact(stamp: Path, key: str, files: dict[str, Path]) -> bool:
+    """True when the stamp is for these inputs (key) and every file still has the sha256 it was written
+    with; a damaged file (a truncated train.jsonl) is named in one line and the files are rebuilt."""
+    try:
+        saved = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(saved, dict) or saved.get("key") != key:
+        return False
+    for name, path in files.items():
+        if not path.is_file() or file_digest(path)["sha256"] != saved.get("sha256", {}).get(name):
+            print(f"training data: {path} is missing or changed since it was written (sha256); rebuilding it",
+                  flush=True)
+            return False
+    return True
 
 
 def training_data_for(cfg: Any, data_dir: str | Path) -> TrainingData:

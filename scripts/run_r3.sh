@@ -6,7 +6,8 @@
 # Hardware and time:
 #   GCP, 8x A100, skyrl backend (sky/r3.yaml runs this file, W8_PRESET=gcp): about 1-2 h.
 #   GCP, 1x L4, W8_PRESET=gpu-smoke: ~15 min after the node's set-up.
-#   CPU, embedded SmolLM2-135M, local backend: `make smoke` under 5 min, `make local` under 20 min (2 cores).
+#   CPU, embedded SmolLM2-135M, local backend: `make smoke` ~7 min, `make local` under 20 min (2 cores;
+#   README.md "Times" says on what machine and load).
 #
 # Examples:
 #   W8_PRESET=local bash scripts/run_r3.sh                   # knobs: presets/local.env under W8_* env vars
@@ -14,14 +15,15 @@
 #   W8_RUN_ID=<an earlier id> bash scripts/run_r3.sh         # resume: finished steps are skipped
 #   sky launch -c w8-biayn-r3 -y --down sky/r3.yaml          # the same on GCP GPU node(s) (make launch)
 #
-# Everything of a run goes to .w8-biayn/runs/<run-id>/ (W8_RUNS_ROOT overrides); its small
-# artifacts are printed as `W8_RESULT {json}` lines and copied to results/<run-id>/
-# (W8_RESULTS_ROOT overrides). A step writes temp-then-rename and then a marker
-# steps/<step>.json; a step whose marker and outputs exist is skipped, so a preempted or
-# crashed run resumes where it stopped (searches even resume mid-trace). A failed step
-# prints the tails of its logs (ours, SkyRL's, Ray's) as W8_RESULT records too, so a launch
-# that dies still brings its evidence home after --down. W8_STEPS_DIR (tests only) swaps
-# the step scripts.
+# Everything of a run goes to .w8-biayn/runs/<run-id>/ (W8_RUNS_ROOT overrides), one process
+# at a time (<run>/.lock); its small artifacts are copied to results/<run-id>/ (W8_RESULTS_ROOT
+# overrides; it must be writable before step 01 starts). A step writes temp-then-rename and
+# then a marker steps/<step>.json with each output's sha256; a step whose outputs are still
+# what its marker says is skipped, a damaged one is named and redone, so a preempted or
+# crashed run resumes where it stopped (searches even resume mid-trace). On a node (or with
+# W8_EMIT_RESULTS=1) the small artifacts are also printed as `W8_RESULT {json}` lines, and a
+# failed step's log tails (ours, SkyRL's, Ray's) too, so a launch that dies still brings its
+# evidence home after --down. W8_STEPS_DIR (tests only) swaps the step scripts.
 #
 # Secrets (DAYTONA_API_KEY, WANDB_API_KEY) stay in the environment: this script never traces
 # commands (no `set -x`) and never prints the environment.
@@ -64,11 +66,20 @@ fi
 # Every knob is range-checked here (a bad one stops the run with its name), the resolved
 # knobs are echoed (W8_PRESET fills what you did not set) and written with versions, git sha
 # and the hyperparameters to run_config.json before any work starts.
-RUN_DIR=$("$PY" -m harness.pipeline init)
+# The run folder and the results root are proven writable here, not after the last step.
+RUN_DIR=$("$PY" -m harness.pipeline init "$RESULTS_ROOT")
 RUN_ID=$(basename "$RUN_DIR")
 export W8_RUN_ID="$RUN_ID"
-echo "r3 run $RUN_ID -> $RUN_DIR (resume with W8_RUN_ID=$RUN_ID)"
-"$PY" -m harness.pipeline emit "$RUN_DIR" run_config.json
+# One process per run folder: descriptor 9 holds an fcntl lock on <run>/.lock until this script
+# ends (the step scripts see it is their parent's); a second run of the same id stops here naming
+# this one. The kernel drops the lock of a killed process, so a stale .lock is simply taken over.
+exec 9>>"$RUN_DIR/.lock"
+"$PY" -m harness.pipeline lock "$RUN_DIR" 9 || exit $?
+# The resume command carries every W8_ variable of this run (preset, results root, knobs set by hand).
+RESUME=$("$PY" -m harness.pipeline rerun-command "$RUN_ID")
+echo "r3 run $RUN_ID -> $RUN_DIR"
+echo "resume: $RESUME"
+"$PY" -m harness.pipeline emit --when-wanted "$RUN_DIR" run_config.json
 
 # On the GPU node the hub model is fetched into the HF cache once; locally nothing is downloaded.
 MODEL=$("$PY" -m harness.pipeline knob harness_model)
@@ -77,8 +88,10 @@ if [ "$("$PY" -m harness.pipeline knob backend)" = "skyrl" ] && [ ! -e "$MODEL" 
   "$PY" -c "import sys; from huggingface_hub import snapshot_download; snapshot_download(sys.argv[1])" "$MODEL"
 fi
 
-# Each step script skips itself when its marker and outputs exist ("complete, skipped") and
-# prints a W8_RESULT line per small file it wrote (also when skipped).
+# Each step script skips itself when its outputs are what its marker recorded ("complete, skipped"),
+# ends with one line (summary, wall time, peak RSS, files) and, on a node, prints a W8_RESULT
+# line per small file it wrote (also when skipped). Exit 2 is a bad knob: the folder is bound to
+# its knobs, so the way on is a new run id, not a resume.
 run_step() {
   local step="$1" t0 rc=0
   echo "== $step"
@@ -86,8 +99,14 @@ run_step() {
   "$PY" "$STEPS_DIR/$step.py" || rc=$?
   if [ "$rc" -ne 0 ]; then
     "$PY" -m harness.pipeline emit-failure "$RUN_DIR" "$step" "$rc" || true
-    echo "error: $step failed (exit $rc) after $(( $(date +%s) - t0 ))s; finished steps are kept." \
-         "Resume: W8_RUN_ID=$RUN_ID bash scripts/run_r3.sh" >&2
+    "$PY" -m harness.pipeline invocation "$RUN_DIR" $(( $(date +%s) - START )) "$rc" >/dev/null || true
+    if [ "$rc" -eq 2 ]; then
+      echo "error: $step failed on a knob (exit 2, above); run $RUN_ID is bound to its knobs, so resuming" \
+           "cannot help. Fix the knob and start a new run id: $("$PY" -m harness.pipeline rerun-command "$RUN_ID" --new)" >&2
+    else
+      echo "error: $step failed (exit $rc) after $(( $(date +%s) - t0 ))s; finished steps are kept." \
+           "Resume: $RESUME" >&2
+    fi
     exit "$rc"
   fi
 }
@@ -109,4 +128,6 @@ run_step 05_compare
 
 # ---- 6. results/<run-id>/: the small proof (never overwrites a finished run's files) -------
 "$PY" scripts/collect_results.py --run-dir "$RUN_DIR" --out-root "$RESULTS_ROOT"
-echo "r3 run $RUN_ID finished in $(( $(date +%s) - START ))s: $RESULTS_ROOT/$RUN_ID/summary.md"
+ELAPSED=$(( $(date +%s) - START ))
+TOTAL=$("$PY" -m harness.pipeline invocation "$RUN_DIR" "$ELAPSED" 0)
+echo "r3 run $RUN_ID finished in ${ELAPSED}s (all invocations: $TOTAL): $RESULTS_ROOT/$RUN_ID/summary.md"

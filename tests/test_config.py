@@ -80,3 +80,41 @@ def test_numbered_script_bad_knob_is_one_line_exit_2(script, tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: W8_HARNESS_GOLD_THRESHOLD='1.5': expected a number in (0, 1]"
     assert list(tmp_path.iterdir()) == []  # nothing was started
+
+
+@pytest.mark.parametrize("name, message", [
+    ("W8_TRACE_SEDS", "W8_TRACE_SEDS: unknown knob; did you mean W8_TRACE_SEEDS?"),
+    ("W8_RESULT_ROOT", "W8_RESULT_ROOT: unknown knob; did you mean W8_RESULTS_ROOT?"),
+    ("W8_HARNES_MODEL", "W8_HARNES_MODEL: unknown knob; did you mean W8_HARNESS_MODEL?"),
+    ("W8_ZZZ", "W8_ZZZ: unknown knob; see harness/config.py (KNOBS, OTHER_ENV)"),
+])
+def test_a_misspelled_knob_stops_with_the_closest_name(name, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(env={name: "2"})
+    assert str(err.value) == message
+
+
+def test_a_typo_knob_stops_a_script_before_anything_starts(tmp_path):
+    proc = subprocess.run([sys.executable, "scripts/01_frozen_trace.py"], cwd=REPO,
+                          env=_env(W8_TRACE_SEDS="2", W8_RUNS_ROOT=str(tmp_path)), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: W8_TRACE_SEDS: unknown knob; did you mean W8_TRACE_SEEDS?"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_w8_variable_the_tree_reads_is_a_knob_or_listed_once():
+    """grep the tree for W8_ names: each is a knob, a listed non-knob variable, or a log prefix / file name."""
+    import re
+    from harness.config import BY_ENV, OTHER_ENV
+
+    not_variables = {"W8_RESULT", "W8_RESULT_SKIPPED", "W8_SANDBOX_RESULT", "W8_SOURCE", "W8_KNOB"}
+    assert not set(OTHER_ENV) & set(BY_ENV)
+    found = set()
+    for folder in ("harness", "scripts", "sky", "tests", "presets"):
+        for path in (REPO / folder).rglob("*"):
+            if path.is_file() and path.suffix in (".py", ".sh", ".yaml", ".env", ".txt"):
+                found |= set(re.findall(r"W8_[A-Z0-9_]*[A-Z0-9]", path.read_text(errors="replace")))
+    found |= set(re.findall(r"W8_[A-Z0-9_]*[A-Z0-9]", (REPO / "Makefile").read_text()))
+    found -= {"W8_TRACE_SEDS", "W8_RESULT_ROOT", "W8_HARNES_MODEL", "W8_ZZZ"}  # the typos of the tests above
+    assert sorted(found - set(BY_ENV) - set(OTHER_ENV) - not_variables) == []

@@ -17,6 +17,7 @@ import pytest
 from harness import pipeline
 from harness.config import KNOBS, load_config
 from harness.exports import newest_export
+from harness.markers import MarkerError
 from harness.pipeline import RunError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -58,7 +59,7 @@ def test_open_run_writes_every_knob_before_work_and_refuses_other_knobs(tmp_path
 def test_a_step_is_done_only_with_its_marker_and_every_output(tmp_path):
     assert not pipeline.step_is_done(tmp_path, "01_frozen_trace")
     pipeline.atomic_write_json(tmp_path / "frozen_trace.json", {"traces": []})
-    with pytest.raises(RunError, match="claims outputs that do not exist: extra.json"):
+    with pytest.raises(MarkerError, match="claims outputs that do not exist: extra.json"):
         pipeline.mark_done(tmp_path, "01_frozen_trace", ["frozen_trace.json", "extra.json"], "s", 1.0)
     assert not pipeline.step_is_done(tmp_path, "01_frozen_trace")
     pipeline.mark_done(tmp_path, "01_frozen_trace", ["frozen_trace.json"], "s", 1.0)
@@ -67,7 +68,7 @@ def test_a_step_is_done_only_with_its_marker_and_every_output(tmp_path):
     assert not pipeline.step_is_done(tmp_path, "01_frozen_trace")
     assert pipeline.first_pending_step(tmp_path) == "01_frozen_trace"
     assert [p.name for p in tmp_path.iterdir() if ".tmp" in p.name] == []
-    with pytest.raises(RunError, match="unknown step"):
+    with pytest.raises(MarkerError, match="unknown step"):
         pipeline.step_is_done(tmp_path, "06_extra")
 
 
@@ -86,6 +87,7 @@ FAKE_STEP = r'''
 import os, sys, time
 from pathlib import Path
 sys.path.insert(0, {repo!r})
+from harness.config import ConfigError
 from harness.pipeline import StepResult, atomic_write_json, run_step
 
 STEP = Path(__file__).stem
@@ -100,6 +102,8 @@ def body(cfg, run_dir, args):
         (run_dir / "grpo").mkdir(exist_ok=True)
         (run_dir / "grpo" / "skyrl_grpo.log").write_text("".join(f"line {{i}}\n" for i in range(500)))
         os._exit(137)  # like a SIGKILL / preemption: no marker is written
+    if STEP == os.environ.get("FAKE_KNOB_ERROR_AT"):
+        raise ConfigError("W8_TRAIN_COUNT=1: too few for this step (a knob the step finds wrong)")
     atomic_write_json(run_dir / OUTPUT, {{"step": STEP, "knob": cfg.trace_max_iterations}})
     return StepResult([OUTPUT], STEP + " ok")
 
@@ -133,7 +137,7 @@ def step_calls(tmp_path) -> list[str]:
 @pytest.mark.slow
 def test_run_killed_after_step_02_resumes_at_03(fake_pipeline):
     env, tmp = fake_pipeline
-    first = run_r3({**env, "FAKE_CRASH_AT": "03_grpo"})
+    first = run_r3({**env, "FAKE_CRASH_AT": "03_grpo", "W8_EMIT_RESULTS": "1"})
     assert first.returncode == 137
     assert "error: 03_grpo failed (exit 137)" in first.stderr and "W8_RUN_ID=r3-fake" in first.stderr
     assert step_calls(tmp) == ["01_frozen_trace", "02_sft", "03_grpo"]
@@ -183,3 +187,138 @@ def test_run_r3_never_prints_the_daytona_key(fake_pipeline):
     assert proc.returncode == 0, proc.stderr
     assert "dtn_s3cr3t_value" not in proc.stdout + proc.stderr
     assert "dtn_s3cr3t_value" not in (REPO / "scripts" / "run_r3.sh").read_text()
+
+
+# ---- damaged outputs, concurrent runs, storage, the resume hint (issue 20) -----------------------
+def test_a_truncated_trace_is_named_redone_and_never_published(fake_pipeline):
+    env, tmp = fake_pipeline
+    assert run_r3(env).returncode == 0
+    run_dir = tmp / "runs" / "r3-fake"
+    trace = run_dir / "frozen_trace.json"
+    whole = trace.read_bytes()
+    trace.write_bytes(whole[: len(whole) // 2])  # a disk that lost the end of the file
+    again = run_r3(env)
+    assert again.returncode == 0, again.stderr
+    assert (f"[01_frozen_trace] frozen_trace.json: {len(whole) // 2} bytes, the marker says {len(whole)} "
+            "(truncated or overwritten): redoing the step") in again.stdout
+    assert step_calls(tmp).count("01_frozen_trace") == 2 and step_calls(tmp).count("02_sft") == 1
+    assert trace.read_bytes() == whole  # redone the same way: the steps after it are not rerun
+    assert (tmp / "results" / "r3-fake" / "frozen_trace.json").read_bytes() == whole
+    assert "complete, skipped" in again.stdout and "W8_RESULT {" not in again.stdout  # not asked for off a node
+
+
+def test_a_redone_step_with_new_outputs_drops_the_markers_of_the_steps_that_used_them(tmp_path):
+    for step, name in (("02_sft", "sft_metrics.json"), ("03_grpo", "grpo_metrics.json"),
+                       ("04_trained_trace", "trained_trace.json"), ("01_frozen_trace", "frozen_trace.json")):
+        pipeline.atomic_write_json(tmp_path / name, {"v": 1})
+        pipeline.mark_done(tmp_path, step, [name], "s", 1.0)
+    pipeline.atomic_write_json(tmp_path / "sft_metrics.json", {"v": 2})  # step 02 redone, other output
+    marker = pipeline.mark_done(tmp_path, "02_sft", ["sft_metrics.json"], "s", 1.0)
+    assert marker["dropped"] == ["03_grpo", "04_trained_trace"]
+    assert pipeline.step_is_done(tmp_path, "01_frozen_trace") and not pipeline.step_is_done(tmp_path, "03_grpo")
+
+
+def test_a_second_process_on_a_locked_run_exits_at_once_naming_it(fake_pipeline):
+    env, tmp = fake_pipeline
+    run_dir = tmp / "runs" / "r3-fake"
+    run_dir.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, sys.argv[1]); "
+                               "from harness.run_lock import lock_run; lock_run(sys.argv[2]); print('held', flush=True); "
+                               "time.sleep(120)", str(REPO), str(run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        second = run_r3(env)
+        assert second.returncode == pipeline.EXIT_LOCKED
+        [error] = [line for line in second.stderr.splitlines() if line.startswith("error")]
+        assert error.startswith(f"error: run r3-fake is in use by pid {holder.pid} ({sys.executable} -c import sys")
+        assert "wait for it to finish" in second.stderr and "start another W8_RUN_ID" in second.stderr
+        assert step_calls(tmp) == []
+        alone = subprocess.run([sys.executable, "scripts/01_frozen_trace.py"], cwd=REPO, env=env, capture_output=True,
+                               text=True, timeout=60)  # a step script run by hand takes the lock itself
+        assert alone.returncode == pipeline.EXIT_LOCKED and f"pid {holder.pid}" in alone.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    assert run_r3(env).returncode == 0  # its process gone, the lock is free: taken over (the .lock file stays)
+    assert (run_dir / ".lock").read_text().split()[0] != str(holder.pid)
+
+
+def test_a_stale_lock_file_of_a_dead_process_is_taken_over(fake_pipeline):
+    env, tmp = fake_pipeline
+    run_dir = tmp / "runs" / "r3-fake"
+    run_dir.mkdir(parents=True)
+    (run_dir / ".lock").write_text("999999999 2026-01-01T00:00:00Z\n")
+    proc = run_r3(env)
+    assert proc.returncode == 0, proc.stderr
+    assert len(step_calls(tmp)) == 5
+
+
+def unwritable_dir(tmp_path: Path) -> Path:
+    """A folder this user cannot write: chmod 555, or for root (who ignores modes) a path under sysfs."""
+    folder = tmp_path / "readonly"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        (folder / "probe").write_text("x")
+    except OSError:
+        return folder
+    for candidate in (Path("/sys/w8-results"), Path("/proc/w8-results")):
+        try:
+            candidate.mkdir()
+        except OSError:
+            return candidate
+    pytest.skip("no unwritable folder on this machine")
+
+
+def test_a_read_only_results_root_is_found_before_step_01(fake_pipeline):
+    env, tmp = fake_pipeline
+    root = unwritable_dir(tmp)
+    proc = run_r3({**env, "W8_RESULTS_ROOT": str(root)})
+    assert proc.returncode == 1
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: {root}: ") and ("permission" in line or "not permitted" in line or "read-only" in line)
+    assert "Traceback" not in proc.stderr and step_calls(tmp) == []
+
+
+def test_the_printed_resume_hint_resumes_as_printed(fake_pipeline):
+    env, tmp = fake_pipeline
+    env = {**env, "W8_PRESET": "smoke", "W8_RESULTS_ROOT": str(tmp / "smoke-results")}
+    first = run_r3({**env, "FAKE_CRASH_AT": "03_grpo"})
+    assert first.returncode == 137
+    hint = first.stderr.split("Resume: ", 1)[1].strip()
+    assert "W8_PRESET=smoke" in hint and f"W8_RESULTS_ROOT={tmp / 'smoke-results'}" in hint
+    bare = {k: v for k, v in env.items() if not k.startswith("W8_")}  # a new shell: only what the hint says
+    second = subprocess.run(["bash", "-c", hint], cwd=REPO, env=bare, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert step_calls(tmp) == ["01_frozen_trace", "02_sft", "03_grpo", "03_grpo", "04_trained_trace", "05_compare"]
+    assert (tmp / "smoke-results" / "r3-fake" / "trace_compare.json").is_file()
+    assert "over 2 invocation(s)" in second.stdout  # the wall time of both invocations
+
+
+def test_a_knob_bound_failure_says_start_a_new_run_id_with_the_command(fake_pipeline):
+    env, tmp = fake_pipeline
+    proc = run_r3({**env, "FAKE_KNOB_ERROR_AT": "02_sft"})
+    assert proc.returncode == 2
+    assert "error: [02_sft] W8_TRAIN_COUNT=1: too few for this step" in proc.stderr
+    assert "start a new run id: " in proc.stderr and "W8_RUN_ID=r3-fake-2 bash scripts/run_r3.sh" in proc.stderr
+    assert "Resume:" not in proc.stderr
+
+
+def test_each_step_ends_with_one_line_and_its_peak_rss(fake_pipeline):
+    env, tmp = fake_pipeline
+    proc = run_r3(env)
+    assert proc.returncode == 0, proc.stderr
+    marker = json.loads((tmp / "runs" / "r3-fake" / "steps" / "01_frozen_trace.json").read_text())
+    assert marker["peak_rss_mb"] > 10 and marker["files"]["frozen_trace.json"]["bytes"] > 0
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("[01_frozen_trace] done"))
+    assert "peak RSS" in line and line.endswith("r3-fake/{frozen_trace.json}")
+    assert "W8_RESULT {" not in proc.stdout
+
+
+def test_make_smoke_run_id_is_w8_run_id_and_a_clash_is_refused():
+    dry = subprocess.run(["make", "-n", "smoke", "RUN_ID=abc"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert 'export W8_RUN_ID="${W8_RUN_ID:-abc}"' in dry.stdout
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("W8_")}, "W8_RUN_ID": "other"}
+    clash = subprocess.run(["bash", "-c", dry.stdout.strip().splitlines()[-2] + " true"], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert clash.returncode == 2 and "RUN_ID=abc and W8_RUN_ID=other name different runs" in clash.stderr

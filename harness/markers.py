@@ -1,0 +1,144 @@
+"""Step markers: a finished step's proof that its outputs are whole.
+
+    from harness.markers import mark_done, output_problems, step_is_done
+    mark_done(run_dir, "01_frozen_trace", ["frozen_trace.json"], "gold 1/2", wall_s=12.3, peak_rss_mb=900)
+    output_problems(run_dir, "01_frozen_trace")   # [] or ["frozen_trace.json: 3968 bytes, the marker says 8112"]
+    step_is_done(run_dir, "01_frozen_trace")      # marker present and every output as the marker recorded it
+
+A step writes its outputs temp-then-rename and then `steps/<step>.json`, which records each
+output file's sha256 and size (a folder output, such as an export, file by file). A rerun
+trusts a step only when every file is still what the marker says: a truncated trace or a
+half-overwritten export is named and the step is redone, instead of being published. When a
+redone step's outputs differ from before, the markers of the steps that used them are
+dropped, so those are redone too (a trace redone from its saved search states usually comes
+out byte-identical, and nothing after it reruns).
+
+Cost: hashing reads every byte. Files up to HASH_ALWAYS_BYTES are re-hashed on every check;
+bigger ones (export weights, ~540 MB for the 135M model in float32) are re-hashed only when
+their size or mtime changed, so a resume does not read gigabytes to learn nothing. Damage that
+keeps the size and the mtime of a big file is not seen.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.files import atomic_write_json, file_digest
+
+STEPS = ("01_frozen_trace", "02_sft", "03_grpo", "04_trained_trace", "05_compare")
+# which later steps read a step's outputs: redone with other outputs, their markers go
+USED_BY = {"01_frozen_trace": ("05_compare",), "02_sft": ("03_grpo", "04_trained_trace", "05_compare"),
+           "03_grpo": ("04_trained_trace", "05_compare"), "04_trained_trace": ("05_compare",), "05_compare": ()}
+HASH_ALWAYS_BYTES = 64 << 20
+
+
+class MarkerError(RuntimeError):
+    """A marker that cannot be written as asked; one line."""
+
+
+def marker_path(run_dir: Path, step: str) -> Path:
+    if step not in STEPS:
+        raise MarkerError(f"unknown step {step!r}: expected one of {', '.join(STEPS)}")
+    return Path(run_dir) / "steps" / f"{step}.json"
+
+
+def read_marker(run_dir: Path, step: str) -> dict[str, Any] | None:
+    """The step's marker, or None when there is none or it is unreadable (then the step is redone)."""
+    try:
+        marker = json.loads(marker_path(run_dir, step).read_text())
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
+
+
+def output_files(run_dir: Path, outputs: list[str]) -> list[str]:
+    """The files of `outputs` (relative to run_dir), a folder expanded to every file under it."""
+    files = []
+    for rel in outputs:
+        path = Path(run_dir) / rel
+        if path.is_dir():
+            files += sorted(str(p.relative_to(run_dir)) for p in path.rglob("*") if p.is_file())
+        else:
+            files.append(rel)
+    return files
+
+
+def record_files(run_dir: Path, outputs: list[str]) -> dict[str, dict[str, Any]]:
+    """{file: {"sha256", "bytes", "mtime_ns"}} of every output file."""
+    record = {}
+    for rel in output_files(run_dir, outputs):
+        path = Path(run_dir) / rel
+        record[rel] = {**file_digest(path), "mtime_ns": path.stat().st_mtime_ns}
+    return record
+
+
+def file_problem(path: Path, rel: str, want: dict[str, Any]) -> str | None:
+    """What is wrong with one output file against its marker entry, or None."""
+    if not path.is_file():
+        return f"{rel}: missing"
+    stat = path.stat()
+    if stat.st_size != want.get("bytes"):
+        return f"{rel}: {stat.st_size} bytes, the marker says {want.get('bytes')} (truncated or overwritten)"
+    if stat.st_size > HASH_ALWAYS_BYTES and stat.st_mtime_ns == want.get("mtime_ns"):
+        return None
+    if file_digest(path)["sha256"] != want.get("sha256"):
+        return f"{rel}: content changed since the step finished (sha256 differs from the marker)"
+    return None
+
+
+def output_problems(run_dir: Path, step: str) -> list[str]:
+    """One line per output that is not as the step's marker recorded it ([] when all are, or no marker)."""
+    marker = read_marker(run_dir, step)
+    if not marker:
+        return []
+    files = marker.get("files")
+    if files is None:  # a marker from before outputs were hashed: existence is all it can prove
+        return [f"{rel}: missing" for rel in marker.get("outputs", []) if not (Path(run_dir) / rel).exists()]
+    problems = [p for rel, want in sorted(files.items()) if (p := file_problem(Path(run_dir) / rel, rel, want))]
+    problems += [f"{rel}: missing" for rel in marker.get("outputs", []) if not (Path(run_dir) / rel).exists()
+                 and not any(f == rel or f.startswith(rel.rstrip("/") + "/") for f in files)]
+    return problems
+
+
+def step_is_done(run_dir: Path, step: str) -> bool:
+    """True when the step's marker exists and every output is what the marker recorded."""
+    return read_marker(run_dir, step) is not None and not output_problems(run_dir, step)
+
+
+def first_pending_step(run_dir: Path) -> str | None:
+    return next((step for step in STEPS if not step_is_done(run_dir, step)), None)
+
+
+def drop_dependents(run_dir: Path, step: str) -> list[str]:
+    """Remove the markers of the steps that read `step`'s outputs; returns the ones removed."""
+    dropped = []
+    for later in USED_BY[step]:
+        path = marker_path(run_dir, later)
+        if path.exists():
+            path.unlink()
+            dropped.append(later)
+    return dropped
+
+
+def mark_done(run_dir: Path, step: str, outputs: list[str], summary: str, wall_s: float,
+              skipped: bool = False, **extra: Any) -> dict[str, Any]:
+    """Write the step's marker last: outputs (relative to run_dir) must already be in place.
+
+    A step redone with outputs that differ from its previous marker's drops the markers of the
+    steps that used them (the marker's "dropped" lists them)."""
+    missing = [rel for rel in outputs if not (Path(run_dir) / rel).exists()]
+    if missing:
+        raise MarkerError(f"step {step} claims outputs that do not exist: {', '.join(missing)}")
+    files = record_files(run_dir, outputs)
+    before = read_marker(run_dir, step)
+    changed = before is not None and {k: v.get("sha256") for k, v in (before.get("files") or {}).items()} != \
+        {k: v["sha256"] for k, v in files.items()}
+    marker = {"step": step, "outputs": list(outputs), "files": files, "summary": summary, "wall_s": round(wall_s, 3),
+              "skipped": skipped, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}
+    if changed:
+        marker["dropped"] = drop_dependents(run_dir, step)
+    atomic_write_json(marker_path(run_dir, step), marker)
+    return marker
