@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})  # busy or failing now; may answer later
 GONE_STATUSES = frozenset({404, 410})
 DESCRIBE_CHARS = 200
 
@@ -43,11 +43,13 @@ def mask(text: str, secret: str) -> str:
 
 
 def _chain(err: BaseException) -> list[BaseException]:
-    """err and what caused it (the SDK re-raises transport errors as DaytonaError from them)."""
+    """err and what caused it (the SDK re-raises transport errors as DaytonaError from them; urllib3's
+    MaxRetryError keeps the connection error as `.reason`)."""
     seen: list[BaseException] = []
-    while err is not None and len(seen) < 6 and all(err is not s for s in seen):
+    while err is not None and len(seen) < 8 and all(err is not s for s in seen):
         seen.append(err)
-        err = err.__cause__ or err.__context__
+        reason = getattr(err, "reason", None)
+        err = err.__cause__ or err.__context__ or (reason if isinstance(reason, BaseException) else None)
     return seen
 
 
@@ -96,6 +98,14 @@ def _is_transport(err: BaseException) -> bool:
     return False
 
 
+def _is_unreachable(err: BaseException) -> bool:
+    """Connection refused or a name that does not resolve: nothing listens there, and waiting will not
+    change that within a run (85 s of backoff in every process used to precede each fallback)."""
+    import urllib3.exceptions
+    return any(isinstance(e, (ConnectionRefusedError, socket.gaierror, urllib3.exceptions.NameResolutionError))
+               for e in _chain(err))
+
+
 def may_have_reached(err: BaseException) -> bool:
     """Whether a failed request may have been acted on: not when the service answered 4xx or the
     connection was never made (refused, connect timeout), else yes (5xx, read timeout, dropped)."""
@@ -107,13 +117,17 @@ def may_have_reached(err: BaseException) -> bool:
 
 
 def classify(err: BaseException) -> str:
-    """"gone" (404/410: the sandbox no longer exists), "retry" (429/502/503/504, connection
-    errors, timeouts) or "fatal" (anything else: bad key, bad request, a server error)."""
+    """"gone" (404/410: the sandbox no longer exists), "retry" (429/500/502/503/504, timeouts, a
+    dropped connection), "unreachable" (connection refused, a name that does not resolve: not
+    retried, the caller falls back or stops at once) or "fatal" (anything else: a refused key
+    401/403, a bad request)."""
     status = status_of(err)
     if status in GONE_STATUSES:
         return "gone"
     if status in RETRY_STATUSES:
         return "retry"
+    if status is None and _is_unreachable(err):
+        return "unreachable"
     if status is None and _is_transport(err):
         return "retry"
     return "fatal"

@@ -11,8 +11,9 @@ The script is harness/sandbox_runner.py's own source plus a call of its one-shot
 Python (checked once at start against RUNNER_MIN_PYTHON), without rebuilding namespaces.
 
 Faults (harness/daytona_faults.py reads them off the SDK's exceptions): each call is
-retried with exponential backoff and jitter, honouring Retry-After, on 429/502/503/504 and
-on connection errors and timeouts; a sandbox
+retried with exponential backoff and jitter, honouring Retry-After, on 429/500/502/503/504 and
+on timeouts and dropped connections; a refused connection, a name that does not resolve and a
+refused key (401/403) are not retried: auto falls back to local in seconds; a sandbox
 that answers 404/410 (stopped when idle, then deleted as ephemeral) is recreated once per
 program. A create that timed out may have left a sandbox (DaytonaTimeoutError carries no
 sandbox id in 0.224.0): each create carries a unique `w8-create` label, and whatever a
@@ -283,7 +284,8 @@ class DaytonaBackend:
                 continue
             attempt += 1
             if kind != "retry" or attempt >= attempts:
-                raise _CallFailed(f"{what}: {line}" + (f" (after {attempt} tries)" if kind == "retry" else ""), kind)
+                why = {"retry": f" (after {attempt} tries)", "unreachable": " (unreachable: not retried)"}
+                raise _CallFailed(f"{what}: {line}{why.get(kind, '')}", kind)
             delay = self.backoff.delay(attempt - 1, retry_after)
             with self._lock:
                 self.stats["retries"] += 1

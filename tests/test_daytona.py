@@ -212,7 +212,8 @@ def test_stub_daytona_explicitly_asked_without_service_accepted_key_or_key_raise
         run_harness(GOOD, EXAMPLES, backend="daytona")
     text = str(unreachable.value)
     assert text.startswith("Daytona unavailable: Daytona create: ") and "Max retries exceeded" in text
-    assert "\n" not in text and KEY not in text and len(env.delays) == 3  # connection refused: retried
+    assert "\n" not in text and KEY not in text and text.endswith("(unreachable: not retried)")
+    assert env.delays == []  # connection refused: nothing listens there; waiting would only delay the fallback
     sandbox.close()
     auto = run_harness(GOOD, EXAMPLES, backend="auto")
     assert auto.backend == "local" and "Daytona unavailable" in sandbox.sandbox_provenance()["fallbacks"][-1]["reason"]
@@ -224,9 +225,25 @@ def test_stub_daytona_explicitly_asked_without_service_accepted_key_or_key_raise
         run_harness(GOOD, EXAMPLES, backend="daytona")
     assert len(env.delays) == waits and len(stub.routed("create")) == 1  # a refused key is not retried
     sandbox.close()
+    stub.inject("create", status=403)
+    with pytest.raises(SandboxError, match="^Daytona unavailable: Daytona create: \\w+ 403: "):
+        run_harness(GOOD, EXAMPLES, backend="daytona")
+    assert len(env.delays) == waits and len(stub.routed("create")) == 2  # nor a forbidden one
+    sandbox.close()
     monkeypatch.delenv("DAYTONA_API_KEY")
     with pytest.raises(SandboxError, match="^W8_SANDBOX=daytona but DAYTONA_API_KEY is not set$"):
         run_harness(GOOD, EXAMPLES, backend="daytona")
+
+
+def test_stub_daytona_a_name_that_does_not_resolve_falls_back_at_once_said_once(env, monkeypatch, caplog):
+    monkeypatch.setenv("DAYTONA_API_URL", "http://w8-daytona-stub.invalid/api")  # .invalid never resolves
+    with caplog.at_level(logging.WARNING, logger="harness.sandbox"):
+        runs = [run_harness(GOOD, EXAMPLES, backend="auto") for _ in range(3)]
+    assert [r.backend for r in runs] == ["local"] * 3 and runs[0].predictions == GOOD_PREDICTIONS
+    assert env.delays == []
+    reason = sandbox.sandbox_provenance()["fallbacks"][-1]["reason"]
+    assert "NameResolutionError" in reason and reason.endswith("(unreachable: not retried)")
+    assert len([line for line in our_lines(caplog) if "Daytona unavailable" in line]) == 1  # the reason, once
 
 
 def test_stub_daytona_a_sandbox_reported_without_the_block_is_refused_and_deleted(env):
