@@ -6,7 +6,7 @@
     backend.info()           # what start confirmed: block, probe, the runner's isolation report
     backend.close()          # delete what was created
 
-The script is harness/sandbox_runner.py's own source plus a call of its one-shot runner
+The script (harness/daytona_programs.py) is harness/sandbox_runner.py's own source plus a call of its one-shot runner
 (`_run_once`), so the remote side runs the local runner's code on the sandbox's own
 Python (checked once at start against RUNNER_MIN_PYTHON), without rebuilding namespaces.
 
@@ -30,7 +30,6 @@ the key) is ever printed or logged. check_service() is the doctor's reachability
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import math
@@ -42,8 +41,9 @@ import uuid
 from typing import Any, Callable
 
 from harness.daytona_faults import Backoff, classify, describe, may_have_reached, retry_after_s, status_of
-from harness.sandbox_protocol import RUNNER_PATH, HarnessRun, SandboxError, build_request, failed_run, parse_reply
-from harness.sandbox_runner import MEMORY_LIMIT_BYTES, RESULT_MARKER, RUNNER_MIN_PYTHON
+from harness.sandbox_protocol import HarnessRun, SandboxError, build_request, failed_run, parse_reply
+from harness.daytona_programs import PROBE_PROGRAM, VERSION_SCRIPT, daytona_script, marker_line
+from harness.sandbox_runner import MEMORY_LIMIT_BYTES, RUNNER_MIN_PYTHON
 
 log = logging.getLogger("harness.sandbox")
 
@@ -58,41 +58,6 @@ PROBE_TCP = ("1.1.1.1", 53)  # a public address the probe must not reach
 PROBE_DNS = "example.com"  # a public name the probe must not resolve
 PROBE_TIMEOUT_S = 15.0
 CLEANUP_ATTEMPTS = 3  # tries of a delete or list: cleanup must not hold a fallback or an exit for minutes
-
-VERSION_SCRIPT = ('import sys\nsys.stdout.write("%s" + ".".join(str(v) for v in sys.version_info[:3]) + "\\n")\n'
-                  % RESULT_MARKER)  # valid on any Python, so an old interpreter is named, not a SyntaxError
-
-PROBE_PROGRAM = '''\
-import socket
-import threading
-
-def _tcp():
-    try:
-        socket.create_connection(({host!r}, {port!r}), timeout=3).close()
-        return True
-    except Exception:
-        return False
-
-def _dns():
-    found = []
-
-    def look():
-        try:
-            found.append(bool(socket.getaddrinfo({name!r}, 443)))
-        except Exception:
-            found.append(False)
-
-    worker = threading.Thread(target=look, daemon=True)
-    worker.start()
-    worker.join(5)
-    return bool(found and found[0])
-
-REACHED = {{"tcp": _tcp(), "dns": _dns()}}
-
-def is_legal_action(state, action):
-    return REACHED[action]
-'''
-
 
 class DaytonaDown(SandboxError):
     """The Daytona sandbox failed MAX_FAILED_PROGRAMS programs in a row: not a property of the programs."""
@@ -128,12 +93,6 @@ def _sdk_version() -> str:
         return version("daytona")
     except PackageNotFoundError:
         return "unknown"
-
-
-def _marker_line(response: Any) -> str | None:
-    text = str(getattr(response, "result", "") or "")
-    lines = [ln for ln in text.splitlines() if ln.startswith(RESULT_MARKER)]
-    return lines[-1][len(RESULT_MARKER):] if lines else None
 
 
 class DaytonaBackend:
@@ -202,7 +161,7 @@ class DaytonaBackend:
             self.start()
             with self._slots:
                 response = self._execute(req)
-                line = _marker_line(response)
+                line = marker_line(response)
                 if line is None and self._canary_ok():
                     self._succeeded()  # the sandbox runs the probe: this program broke its own runner
                     code = getattr(response, "exit_code", None)
@@ -244,7 +203,7 @@ class DaytonaBackend:
     def _canary_ok(self) -> bool:
         """After a program gave no result: does the sandbox still run the probe program?"""
         try:
-            return _marker_line(self._execute(self._probe_request())) is not None
+            return marker_line(self._execute(self._probe_request())) is not None
         except (_CallFailed, SandboxError):
             return False
 
@@ -350,7 +309,7 @@ class DaytonaBackend:
             raise SandboxError(f"Daytona sandbox {sid} came back with network_block_all={block!r} (an organisation "
                                "policy can override it): deleted; no model code runs without the block")
         try:
-            version_text = _marker_line(self._retry("version check", lambda box: box.process.code_run(
+            version_text = marker_line(self._retry("version check", lambda box: box.process.code_run(
                 VERSION_SCRIPT, timeout=30), sandbox)) or ""
         except _CallFailed as err:
             raise SandboxError(f"Daytona sandbox {sid}: {err}") from None
@@ -380,7 +339,7 @@ class DaytonaBackend:
         """The probe program, through the runner: neither the TCP connect nor the DNS lookup may succeed."""
         sid = getattr(sandbox, "id", "?")
         try:
-            line = _marker_line(self._execute(self._probe_request(), sandbox))
+            line = marker_line(self._execute(self._probe_request(), sandbox))
             raw = json.loads(line) if line is not None else None
         except _CallFailed as err:
             raise SandboxError(f"Daytona sandbox {sid}: the network probe failed: {err}") from None
@@ -444,11 +403,3 @@ def check_service(api_key: str, timeout_s: float = 10.0) -> tuple[bool | None, s
             return False, f"{url} answered with an error: {line}"
         return None, f"not reachable at {url}: {line}"
     return True, f"reachable at {url}, key accepted"
-
-
-def daytona_script(req: dict) -> str:
-    """The runner's source plus a call of its one-shot runner on the request."""
-    with open(RUNNER_PATH, encoding="utf-8") as f:
-        source = f.read()
-    payload = base64.b64encode(json.dumps(req).encode()).decode()
-    return f"{source}\n\n_run_once({payload!r})\n"

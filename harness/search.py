@@ -39,10 +39,10 @@ from typing import Any, Callable, Sequence
 
 from harness.config import add_flags, load_config_or_exit
 from harness.dataset import DatasetError, Example, heldout_examples, make_task
+from harness.failures import failure_candidates, failure_from_record, failure_record, select_failures
 from harness.files import WORK_DIR, atomic_write_json
 from harness.operators import Generation, Operator, OperatorError, Request, operator_from_config
-from harness.prompts import MAX_FAILURES
-from harness.rewards import Failure, RewardKnobs, Score, score_harness, score_with
+from harness.rewards import RewardKnobs, score_harness, score_with
 
 TRACE_VERSION = 1
 # Fields that differ between two runs of the same search (timing only).
@@ -162,53 +162,6 @@ def without_timing(trace: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-# ---- failures shown to the operator ----------------------------------------------------
-
-def select_failures(failures: Sequence[Failure], k: int = MAX_FAILURES, attempt: int = 0) -> list[Failure]:
-    """Up to k failures, round-robin over (expected label, action type) groups in first-seen order.
-
-    So five shown failures cover several kinds of mistake rather than five of one kind.
-    `attempt` (earlier refinements of the same node) slides the window along that order, so a
-    node refined again shows other failures when it has more than k.
-    """
-    groups: dict[tuple[bool, str], list[Failure]] = {}
-    for f in failures:
-        groups.setdefault((f.expected, f.action_type), []).append(f)
-    order: list[Failure] = []
-    while any(groups.values()):
-        for group in groups.values():
-            if group:
-                order.append(group.pop(0))
-    if len(order) > k:
-        start = (attempt * k) % len(order)
-        order = (order[start:] + order[:start])[:k]
-    return sorted(order, key=lambda f: f.index)
-
-
-def failure_candidates(score: Score, examples: Sequence[Example]) -> list[Failure]:
-    """What a refinement may be shown: the wrong examples, or for an invalid program every example + the reason."""
-    if score.valid:
-        return list(score.failures)
-    return [Failure(i, e.state, e.action, e.legal, None, e.error, score.reason, e.action_type, e.dom_changed)
-            for i, e in enumerate(examples)]
-
-
-def failures_to_show(score: Score, examples: Sequence[Example], attempt: int = 0) -> list[Failure]:
-    """The failures a refinement sees (at most MAX_FAILURES, see select_failures)."""
-    return select_failures(failure_candidates(score, examples), attempt=attempt)
-
-
-def _failure_record(f: Failure) -> dict[str, Any]:
-    return {"index": f.index, "action": f.action, "expected": f.expected, "got": f.got,
-            "harness_error": f.harness_error}
-
-
-def _failure_from_record(record: dict[str, Any], examples: Sequence[Example]) -> Failure:
-    e = examples[record["index"]]
-    return Failure(record["index"], e.state, e.action, e.legal, record["got"], e.error, record["harness_error"],
-                   e.action_type, e.dom_changed)
-
-
 # ---- one search, step by step -------------------------------------------------------
 
 def task_record(task: Any) -> dict[str, Any]:
@@ -299,7 +252,7 @@ class Search:
         # earlier refinements of this same program, from any node that holds it: a model that keeps
         # answering one wrong program is shown other failures each time, and never the same prompt
         attempt = sum(1 for n in self.trace.nodes if n.parent is not None and self.trace.nodes[n.parent].code == node.code)
-        candidates = [_failure_from_record(r, task.examples) for r in node.failures]
+        candidates = [failure_from_record(r, task.examples) for r in node.failures]
         shown = select_failures(candidates, attempt=attempt)
         self.shown = [f.index for f in shown]
         return Request(task, seed, node.code, shown, attempt)
@@ -321,7 +274,7 @@ class Search:
                     balanced_accuracy=score.balanced_accuracy, accuracy=score.accuracy,
                     effective_recall=score.effective_recall, valid=score.valid, reason=score.reason, gold=gold,
                     code=code, heldout_accuracy=held, n_wrong=score.n_wrong,
-                    failures=[_failure_record(f) for f in failure_candidates(score, task.examples)],
+                    failures=[failure_record(f) for f in failure_candidates(score, task.examples)],
                     shown=list(self.shown), prompt_tokens=gen.prompt_tokens, completion_tokens=gen.completion_tokens,
                     wall_s=gen.wall_s + score_wall, operator_wall_s=gen.wall_s, score_wall_s=score_wall)
 

@@ -16,7 +16,7 @@ from harness.prompts import (MAX_STATE_CHARS, SYSTEM_PROMPT, build_refine_prompt
                              state_excerpt, truncate_state)
 from harness.rules import RULE_NAMES, active_rules, compose_program
 from harness.rewards import score_harness, validation_problem
-from harness.search import failures_to_show
+from harness.failures import failures_to_show
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import sandbox
+from harness import sandbox, sandbox_local
 from harness.dataset import Example
 from harness.sandbox import SANDBOX_UID_BASE, STDOUT_TAIL_CHARS, HarnessRun, run_harness
 
@@ -639,7 +639,7 @@ def test_without_namespaces_the_fallback_holds_time_limits_and_says_so(tmp_path)
 
 
 def test_weak_isolation_is_announced_when_namespaces_are_missing(isolation, caplog):
-    pool = sandbox._LocalPool(1)
+    pool = sandbox_local.LocalPool(1)
     with caplog.at_level(logging.WARNING, logger="harness.sandbox"):
         pool._note_isolation({"namespaces": False, "filesystem": "shared", "reason": "namespaces unavailable: EPERM"})
     assert len(caplog.records) == 1 and "weak isolation" in caplog.text and "EPERM" in caplog.text

@@ -313,7 +313,7 @@ def test_a_search_never_asks_the_same_prompt_twice(task):
 
 def test_select_failures_slides_its_window_with_the_attempt(task):
     from harness.rewards import score_harness
-    from harness.search import failure_candidates, select_failures
+    from harness.failures import failure_candidates, select_failures
 
     score = score_harness("def is_legal_action(state, action):\n    return True\n", task.examples)
     candidates = failure_candidates(score, task.examples)
