@@ -212,12 +212,13 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], z
         "",
         "## wall times",
         "",
-        "| step | wall s | summary |",
-        "|---|---|---|",
+        "| step | wall s | peak RSS MB | summary |",
+        "|---|---|---|---|",
     ]
     for step in STEPS[:-1]:
         marker = read_marker(run_dir, step) or {}
-        lines.append(f"| {step} | {marker.get('wall_s', '-')} | {marker.get('summary', 'not run')} |")
+        lines.append(f"| {step} | {marker.get('wall_s', '-')} | {marker.get('peak_rss_mb', '-')} | "
+                     f"{marker.get('summary', 'not run')} |")
     return "\n".join(lines) + "\n"
 
 
