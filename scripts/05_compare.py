@@ -156,6 +156,18 @@ def sandbox_lines(config: dict) -> list[str]:
     return lines
 
 
+def grpo_steps_line(zero: dict[str, dict], knobs: dict, hp: dict) -> str:
+    """How much GRPO really ran: steps, and prompts seen out of the train tasks (one prompt per local step)."""
+    steps = {arm: z["steps"] for arm, z in zero.items()}
+    if not steps:
+        return "not run"
+    ran = ", ".join(f"{arm} {n} step(s)" for arm, n in steps.items())
+    if knobs.get("backend", "local") == "local":
+        return (f"{ran}, each one prompt x a group of {hp.get('group_size')}, so at most {max(steps.values())} of "
+                f"the {knobs.get('train_count')} train prompts were used")
+    return f"{ran} over {knobs.get('train_count')} train prompts"
+
+
 def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], zero: dict[str, dict]) -> str:
     config = load_run_config(run_dir)
     knobs, hp = config["knobs"], config.get("hparams", {})
@@ -174,8 +186,7 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], z
         f"{dec.get('max_new_tokens')} tokens" + (f", {dec['dtype']}" if dec.get("dtype") else "")
         + (f", top_p {dec['top_p']}, top_k {dec['top_k']}" if dec.get("do_sample") else ""),
         f"- training: SFT {knobs.get('harness_sft_steps')} step(s) on target `{knobs.get('sft_target')}` over "
-        f"{knobs.get('sft_count') or knobs.get('train_count')} row(s); GRPO {config.get('grpo_steps', '?')} step(s) "
-        f"over {knobs.get('train_count')} train prompt(s)"
+        f"{knobs.get('sft_count') or knobs.get('train_count')} row(s); GRPO {grpo_steps_line(zero, knobs, hp)}"
         + (f"; hyperparameters ({hp.get('backend')}): " + ", ".join(f"{k} {v}" for k, v in hp.items() if k != "backend")
            if hp else ""),
         "",
