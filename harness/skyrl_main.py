@@ -261,15 +261,24 @@ def main_grpo(overrides: list[str], metrics_path: str) -> None:
     ray.get(ray.remote(grpo_entrypoint).options(**_pinned_here()).remote(cfg, metrics_path))
 
 
-def main_sft(overrides: list[str], metrics_path: str) -> None:
-    import ray
+def sft_configs(overrides: list[str], infra_logs: str | None):
+    """SkyRL's SFTConfig from the overrides and the SkyRLTrainConfig its trainer runs on, whose infra logs go to
+    `infra_logs` (SFTConfig has no log_path key: SkyRL would write them to /tmp/skyrl-logs, never collected)."""
     from skyrl.train.config.sft_config import SFTConfig, build_skyrl_config_for_sft, validate_sft_cfg
-
 
     validate_sft(overrides)
     cfg = SFTConfig.from_cli_overrides(overrides)
     validate_sft_cfg(cfg)
     skyrl_cfg = build_skyrl_config_for_sft(cfg)
+    if infra_logs:
+        skyrl_cfg.trainer.log_path = infra_logs
+    return cfg, skyrl_cfg
+
+
+def main_sft(overrides: list[str], metrics_path: str, infra_logs: str | None = None) -> None:
+    import ray
+
+    cfg, skyrl_cfg = sft_configs(overrides, infra_logs)
     _start_ray(skyrl_cfg)
     replicate_model_dir(cfg.model.path)
     ray.get(ray.remote(sft_entrypoint).options(**_pinned_here()).remote(cfg, skyrl_cfg, metrics_path))
@@ -279,14 +288,18 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in KINDS:
-        print(f"usage: python -m harness.skyrl_main {{{'|'.join(KINDS)}}} [--metrics PATH] <overrides...>",
-              file=sys.stderr)
+        print(f"usage: python -m harness.skyrl_main {{{'|'.join(KINDS)}}} [--metrics PATH] [--infra-logs DIR] "
+              "<overrides...>", file=sys.stderr)
         return 2
     kind, rest = argv[0], argv[1:]
-    metrics = rest[1] if rest[:1] == ["--metrics"] and len(rest) > 1 else f"{kind}-metrics.jsonl"
-    overrides = rest[2:] if rest[:1] == ["--metrics"] else rest
+    options = {"--metrics": f"{kind}-metrics.jsonl", "--infra-logs": None}
+    while rest[:1] and rest[0] in options and len(rest) > 1:
+        options[rest[0]], rest = rest[1], rest[2:]
     try:
-        (main_grpo if kind == "grpo" else main_sft)(overrides, metrics)
+        if kind == "grpo":  # GRPO's overrides carry trainer.log_path themselves
+            main_grpo(rest, options["--metrics"])
+        else:
+            main_sft(rest, options["--metrics"], options["--infra-logs"])
     except (SkyRLConfigError, SkyRLRunError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -295,9 +308,11 @@ def main(argv: list[str] | None = None) -> int:
 
 # ---- what steps 02 and 03 call --------------------------------------------------------------
 
-def run_entrypoint(kind: str, overrides: list[str], log_path: Path, metrics_path: Path) -> None:
+def run_entrypoint(kind: str, overrides: list[str], log_path: Path, metrics_path: Path,
+                   infra_logs: str | None = None) -> None:
     """`python -m harness.skyrl_main KIND ...` in a subprocess, its output teed to log_path."""
-    cmd = [sys.executable, "-m", "harness.skyrl_main", kind, "--metrics", str(metrics_path), *overrides]
+    cmd = [sys.executable, "-m", "harness.skyrl_main", kind, "--metrics", str(metrics_path),
+           *(["--infra-logs", infra_logs] if infra_logs else []), *overrides]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     print(f"$ python -m harness.skyrl_main {kind} ({len(overrides)} overrides, log {log_path.name})", flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
@@ -323,8 +338,11 @@ def train_skyrl(cfg, run_dir: Path, kind: str, model: str) -> dict:
     out_dir = run_dir / kind
     metrics_path = out_dir / "metrics.jsonl"
     start = time.monotonic()
-    run_entrypoint(entry, overrides, out_dir / f"skyrl_{kind}.log", metrics_path)
-    export = paths_for(cfg, run_dir, kind).export
+    paths = paths_for(cfg, run_dir, kind)
+    # SkyRL's infra logs under the run folder (GRPO: trainer.log_path; SFT: --infra-logs), so a failed step's
+    # tails come home (harness.records.failure_logs reads every *.log of the run folder)
+    run_entrypoint(entry, overrides, out_dir / f"skyrl_{kind}.log", metrics_path, paths.logs)
+    export = paths.export
     if "://" in export:
         fetch_newest_export(export, out_dir)
     if newest_export(out_dir) is None:

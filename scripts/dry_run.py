@@ -39,7 +39,7 @@ from harness.cloud import TASK_YAML, CloudError, launch_command, open_ports, ren
 from harness.config import BY_ENV, KNOBS, Config, ConfigError, load_config  # noqa: E402
 from harness.dataset import DatasetError, is_balanced, make_task  # noqa: E402
 from harness.files import REPO_ROOT, WORK_DIR  # noqa: E402
-from harness.traces import trace_seeds  # noqa: E402
+from harness.traces import trace_tasks  # noqa: E402
 
 TRAIN_SAMPLE = 64  # train tasks built here; the full set is built by step 03 (same code path)
 
@@ -148,7 +148,7 @@ def check_skyrl(out: Path) -> str:
 
 def check_datasets(cfg: Config) -> str:
     try:
-        trace = [make_task("heldout", seed, cfg.trace_examples_per_obs) for seed in trace_seeds(cfg)]
+        trace = trace_tasks(cfg)  # what steps 01 and 04 search: one task per held-out page from W8_TRACE_TASK_SEED
         train = [make_task("train", seed, cfg.train_examples_per_obs) for seed in range(min(cfg.train_count,
                                                                                               TRAIN_SAMPLE))]
     except DatasetError as err:

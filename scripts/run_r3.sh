@@ -42,22 +42,46 @@ START=$(date +%s)
 
 # ---- several nodes: Ray on the head, workers join it and are done (SkyRL's SkyPilot example) ---
 # SkyRL places policy, ref and vLLM engines on every node through this Ray cluster; the
-# numbered steps run on the head only.
+# numbered steps run on the head only. Port 6479 is reached over the cluster's internal network
+# (SkyPilot's intra-cluster firewall rule); sky/r3.yaml opens no port to the internet. Each node
+# starts Ray with its own IP from SKYPILOT_NODE_IPS (one a line, by rank). A worker checks that
+# *it* is in the cluster, not only that the head answers (SkyRL's example checks the head, so a
+# worker that comes up after the head never joins), and the head waits for every node.
 if [ "${SKYPILOT_NUM_NODES:-1}" -gt 1 ]; then
   RAY="$(dirname "$PY")/ray"
-  read -r HEAD_IP _ <<< "$SKYPILOT_NODE_IPS"
-  wait_for_ray() {
-    for _ in $(seq 1 60); do "$RAY" status --address "$1" >/dev/null 2>&1 && return 0; sleep 5; done
-    echo "error: the Ray cluster at $1 did not come up in 5 min (node rank ${SKYPILOT_NODE_RANK:-?})" >&2
+  RANK="${SKYPILOT_NODE_RANK:-0}"
+  HEAD_IP=$(sed -n 1p <<< "$SKYPILOT_NODE_IPS")
+  NODE_IP=$(sed -n "$((RANK + 1))p" <<< "$SKYPILOT_NODE_IPS")
+  [ -n "$HEAD_IP" ] && [ -n "$NODE_IP" ] \
+    || { echo "error: SKYPILOT_NODE_IPS has no IP for rank $RANK of $SKYPILOT_NUM_NODES nodes" >&2; exit 1; }
+  # A driver needs a raylet on its own machine: before a worker joined, ray_nodes fails there (= not in it).
+  ray_nodes() {  # alive Ray nodes at $1 (whose IP is $2, any if empty), asked from this node's raylet
+    "$PY" -c "import sys, ray
+ray.init(address=sys.argv[1], _node_ip_address=sys.argv[3], logging_level='ERROR', log_to_driver=False)
+print(sum(1 for n in ray.nodes() if n['Alive'] and (not sys.argv[2] or n['NodeManagerAddress'] == sys.argv[2])))" \
+      "$1" "${2:-}" "$NODE_IP" 2>/dev/null | tail -1
+  }
+  wait_for_nodes() {  # $1 address, $2 IP or "", $3 how many
+    for _ in $(seq 1 60); do [ "$(ray_nodes "$1" "$2" || true)" -ge "$3" ] 2>/dev/null && return 0; sleep 5; done
+    echo "error: the Ray cluster at $1 has not $3 node(s) ${2:+at $2 }after 5 min (node rank $RANK)" >&2
     return 1
   }
-  if [ "${SKYPILOT_NODE_RANK:-0}" = "0" ]; then
-    "$RAY" status --address 127.0.0.1:6479 >/dev/null 2>&1 || "$RAY" start --head --disable-usage-stats --port 6479
-    wait_for_ray 127.0.0.1:6479
+  wait_for_head() {
+    for _ in $(seq 1 60); do "$RAY" status --address "$1" >/dev/null 2>&1 && return 0; sleep 5; done
+    echo "error: the Ray head at $1 did not come up in 5 min (node rank $RANK)" >&2
+    return 1
+  }
+  if [ "$RANK" = "0" ]; then
+    "$RAY" status --address "$HEAD_IP:6479" >/dev/null 2>&1 \
+      || "$RAY" start --head --disable-usage-stats --port 6479 --node-ip-address "$HEAD_IP"
+    wait_for_nodes "$HEAD_IP:6479" "" "$SKYPILOT_NUM_NODES"
+    echo "node 0: the Ray cluster at $HEAD_IP:6479 has all $SKYPILOT_NUM_NODES nodes"
   else
-    "$RAY" status --address "$HEAD_IP:6479" >/dev/null 2>&1 || "$RAY" start --address "$HEAD_IP:6479" --disable-usage-stats
-    wait_for_ray "$HEAD_IP:6479"
-    echo "node ${SKYPILOT_NODE_RANK}: joined the Ray cluster at $HEAD_IP:6479"
+    wait_for_head "$HEAD_IP:6479"
+    [ "$(ray_nodes "$HEAD_IP:6479" "$NODE_IP" || true)" -ge 1 ] 2>/dev/null \
+      || "$RAY" start --address "$HEAD_IP:6479" --disable-usage-stats --node-ip-address "$NODE_IP"
+    wait_for_nodes "$HEAD_IP:6479" "$NODE_IP" 1
+    echo "node $RANK: joined the Ray cluster at $HEAD_IP:6479 as $NODE_IP"
     exit 0
   fi
 fi
@@ -88,6 +112,17 @@ if [ "$("$PY" -m harness.pipeline knob backend)" = "skyrl" ] && [ ! -e "$MODEL" 
   "$PY" -c "import sys; from huggingface_hub import snapshot_download; snapshot_download(sys.argv[1])" "$MODEL"
 fi
 
+# With W8_BUCKET, each finished step's small files (and a failed step's log tails) are copied to
+# <bucket>/runs/<run-id>/ at once: they survive --down and a dropped connection (make results
+# RUN_ID=... reads the bucket). A bucket error is a warning; the W8_RESULT lines still carry them.
+BUCKET=$("$PY" -m harness.pipeline knob bucket)
+upload_results() {
+  [ -n "$BUCKET" ] || return 0
+  "$PY" scripts/upload_results.py --run-dir "$RUN_DIR" "$@" \
+    || echo "warning: could not copy results to $BUCKET (reason above); they are in this log as W8_RESULT lines" >&2
+}
+upload_results  # run_config.json before any work (and, on a resume, what finished before)
+
 # Each step script skips itself when its outputs are what its marker recorded ("complete, skipped"),
 # ends with one line (summary, wall time, peak RSS, files) and, on a node, prints a W8_RESULT
 # line per small file it wrote (also when skipped). Exit 2 is a bad knob: the folder is bound to
@@ -99,6 +134,7 @@ run_step() {
   "$PY" "$STEPS_DIR/$step.py" || rc=$?
   if [ "$rc" -ne 0 ]; then
     "$PY" -m harness.pipeline emit-failure "$RUN_DIR" "$step" "$rc" || true
+    upload_results --failure "$step"
     "$PY" -m harness.pipeline invocation "$RUN_DIR" $(( $(date +%s) - START )) "$rc" >/dev/null || true
     if [ "$rc" -eq 2 ]; then
       echo "error: $step failed on a knob (exit 2, above); run $RUN_ID is bound to its knobs, so resuming" \
@@ -109,6 +145,7 @@ run_step() {
     fi
     exit "$rc"
   fi
+  upload_results "$step"
 }
 
 # ---- 1. frozen trace: the operator as shipped, searching the held-out task(s) --------------

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from harness.config import load_config
+from harness.dataset import make_task
+from harness.traces import trace_tasks
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
@@ -59,3 +61,12 @@ def test_skyrl_plans_refuse_a_budget_or_a_node_count_in_one_line(extra, message,
                           env=clean_env(W8_PRESET="gpu-smoke", **extra), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith(message), proc.stderr
+
+
+def test_the_datasets_check_builds_the_trace_tasks_the_steps_search():
+    """Not the search seeds 0..S-1 (the defect): one task per held-out page from W8_TRACE_TASK_SEED."""
+    cfg = load_config(env={"W8_PRESET": "gcp", "W8_TRACE_TASKS": "3", "W8_TRACE_SEEDS": "2", "W8_TRACE_TASK_SEED": "7"})
+    line = dry_run.check_datasets(cfg)
+    ids = [t.task_id for t in trace_tasks(cfg)]
+    assert line.startswith(f"3 held-out trace task(s) ({', '.join(ids)}), ")
+    assert make_task("heldout", 0, cfg.trace_examples_per_obs).task_id not in line
