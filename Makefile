@@ -33,7 +33,7 @@ $(CHROMIUM):
 setup: $(STAMP) $(CHROMIUM) ## create .venv, install pinned requirements and Debian's Chromium
 	@echo "setup ok: $$($(PY) --version), $$($(CHROMIUM) --version 2>/dev/null)"
 
-test: setup ## run the test suite (browser tests included)
+test: setup ## run the test suite, browser tests included (~3 min on 2 cores)
 	$(PY) -m pytest -q
 
 # ---- benchmark ------------------------------------------------------------
@@ -91,11 +91,11 @@ sky-env: $(SKY_STAMP) ## SkyPilot (skypilot[gcp]==0.14.1) in its own tool env .v
 dry-run: setup ## validate a launch offline: knobs, node install spec, sky/r3.yaml via SkyPilot, SkyRL plans for 1/2/4 nodes, budgets
 	W8_PRESET=$(LAUNCH_PRESET) $(PY) scripts/dry_run.py
 
-smoke: setup ## the whole r3 pipeline locally on tiny knobs, a real model step per stage (< 5 min)
+smoke: setup ## the whole r3 pipeline locally on tiny knobs, a real model step per stage (~8 min on 2 cores)
 	@$(RUN_ID_TO_ENV); export W8_PRESET=smoke W8_RESULTS_ROOT=$${W8_RESULTS_ROOT:-.w8-biayn/smoke-results}; \
 	W8_RUN_ID=$${W8_RUN_ID:-smoke-$$(date -u +%Y%m%d-%H%M%S)} bash scripts/run_r3.sh
 
-local: setup ## the whole r3 pipeline on the embedded model with CPU defaults -> results/<run-id>/ (< 20 min)
+local: setup ## the whole r3 pipeline on the embedded model with CPU defaults -> results/<run-id>/ (~15 min on 2 cores)
 	@$(RUN_ID_TO_ENV); W8_PRESET=local bash scripts/run_r3.sh
 
 study: setup ## the CPU study whose arms can differ: 16 held-out tasks x 4 arms (~90 min, 2 cores) -> results/<run-id>/

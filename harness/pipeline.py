@@ -415,8 +415,8 @@ def _cli(argv: list[str]) -> int:
             print(getattr(load_config(), rest[0]))
         else:
             print("usage: python -m harness.pipeline init RESULTS_ROOT | lock RUN_DIR FD | knob NAME | "
-                  "rerun-command RUN_ID [--new] | invocation RUN_DIR WALL_S EXIT_CODE | emit [--when-wanted] RUN_DIR [STEP|FILE ...] | "
-                  "emit-failure RUN_DIR STEP EXIT_CODE", file=sys.stderr)
+                  "rerun-command RUN_ID [--new] | invocation RUN_DIR WALL_S EXIT_CODE | "
+                  "emit [--when-wanted] RUN_DIR [STEP|FILE ...] | emit-failure RUN_DIR STEP EXIT_CODE", file=sys.stderr)
             return 2
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

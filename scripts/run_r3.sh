@@ -137,8 +137,9 @@ run_step() {
     upload_results --failure "$step"
     "$PY" -m harness.pipeline invocation "$RUN_DIR" $(( $(date +%s) - START )) "$rc" >/dev/null || true
     if [ "$rc" -eq 2 ]; then
+      NEW=$("$PY" -m harness.pipeline rerun-command "$RUN_ID" --new)
       echo "error: $step failed on a knob (exit 2, above); run $RUN_ID is bound to its knobs, so resuming" \
-           "cannot help. Fix the knob and start a new run id: $("$PY" -m harness.pipeline rerun-command "$RUN_ID" --new)" >&2
+           "cannot help. Fix the knob and start a new run id: $NEW" >&2
     else
       echo "error: $step failed (exit $rc) after $(( $(date +%s) - t0 ))s; finished steps are kept." \
            "Resume: $RESUME" >&2
