@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.files import atomic_write_text
-from harness.hparams import SKYRL
+from harness.hparams import SKYRL, Hparams, for_config
 from harness.models import ModelError, check_model_dir, resolve_model
 from harness.training_data import ENV_CLASS, TrainingData, check_skyrl_parquet, training_data_for
 
@@ -43,7 +43,6 @@ GPU_MEMORY_GB = {"A100": 40, "A100-80GB": 80, "H100": 80, "H100-MEGA": 80, "H200
 # SkyRL trains in bf16 with FlashAttention-2 (trainer.flash_attn, remove_microbatch_padding): Ampere or newer.
 PRE_AMPERE = {"T4", "V100", "V100-32GB", "P100", "P4", "K80"}
 GPU_COUNTS = (1, 2, 4, 8, 16)
-GROUP_SIZE = SKYRL.group_size  # GRPO samples per prompt (harness/hparams.py has every training value)
 ESTIMATE_MARGIN = 1.25  # SmolLM2 token counts x this when the policy's tokenizer is not local
 PROMPT_ROUND = 128
 
@@ -116,7 +115,7 @@ def _largest_divisor_at_most(n: int, cap: int) -> int:
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
 
-def plan_for(accelerator: str, model: str, n_train: int, num_nodes: int) -> Plan:
+def plan_for(accelerator: str, model: str, n_train: int, num_nodes: int, hp: Hparams = SKYRL) -> Plan:
     """Cluster-dependent settings for `model` on `num_nodes` nodes of `accelerator` with `n_train` prompt rows.
 
     Policy, ref and vLLM engines are colocated on every GPU of every node (SkyRL's
@@ -140,11 +139,12 @@ def plan_for(accelerator: str, model: str, n_train: int, num_nodes: int) -> Plan
     if gpus & (gpus - 1):  # batches are powers of two: they split evenly only over a power of two of GPUs
         raise SkyRLConfigError(f"W8_NUM_NODES={num_nodes} x {acc} = {gpus} GPUs: use a node count that makes a "
                                "power of two of GPUs (1, 2, 4, 8, 16 nodes)")
-    if (mini * GROUP_SIZE) % gpus:
+    group = hp.group_size  # GRPO samples per prompt (W8_GRPO_GROUP_SIZE over harness/hparams.py)
+    if (mini * group) % gpus:
         raise SkyRLConfigError(f"W8_NUM_NODES={num_nodes} x {acc} = {gpus} GPUs: a policy mini batch of {mini} "
-                               f"prompt(s) x {GROUP_SIZE} samples cannot be split over {gpus} GPUs; raise "
-                               f"W8_TRAIN_COUNT to >= {2 * gpus // GROUP_SIZE} or use fewer nodes")
-    mini_per_gpu = mini * GROUP_SIZE // gpus
+                               f"prompt(s) x {group} samples cannot be split over {gpus} GPUs; raise "
+                               f"W8_TRAIN_COUNT to >= {2 * gpus // group} or use fewer nodes")
+    mini_per_gpu = mini * group // gpus
     micro = _largest_divisor_at_most(mini_per_gpu, 4 if acc.memory_gb >= 40 and not cpu_offload else 2)
     return Plan(accelerator=acc, num_nodes=num_nodes, tensor_parallel=tp, num_engines=gpus // tp,
                 train_batch_size=train_batch, mini_batch_size=mini, micro_train=micro, micro_forward=2 * micro,
@@ -234,7 +234,7 @@ def paths_for(cfg: Any, run_dir: str | Path, kind: str) -> Paths:
 
 
 def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, paths: Paths, epochs: int,
-                budget: int, max_steps: int, run_name: str) -> list[str]:
+                budget: int, max_steps: int, run_name: str, hp: Hparams = SKYRL) -> list[str]:
     """The override list of `python -m harness.skyrl_main grpo` (one setting a line, grouped)."""
     steps_per_epoch = max(1, data.n_train // plan.train_batch_size)
     return [
@@ -266,12 +266,12 @@ def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, pa
         # GRPO
         "trainer.algorithm.advantage_estimator=grpo",
         "trainer.algorithm.use_kl_loss=true",
-        f"trainer.algorithm.kl_loss_coef={SKYRL.kl_coef}",
-        f"trainer.policy.optimizer_config.lr={SKYRL.grpo_lr}",
-        f"generator.n_samples_per_prompt={GROUP_SIZE}",
+        f"trainer.algorithm.kl_loss_coef={hp.kl_coef}",
+        f"trainer.policy.optimizer_config.lr={hp.grpo_lr}",
+        f"generator.n_samples_per_prompt={hp.group_size}",
         # one token budget: GRPO's completions are as long as the search's answers (check_budget)
         f"generator.sampling_params.max_generate_length={budget}",
-        f"generator.sampling_params.temperature={SKYRL.grpo_temperature}",
+        f"generator.sampling_params.temperature={hp.grpo_temperature}",
         f"trainer.epochs={epochs}",
         *([f"trainer.max_training_steps={max_steps}"] if max_steps else []),
         # pitfall (batch sizes): train % mini == 0, per-GPU mini % micro == 0
@@ -283,12 +283,12 @@ def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, pa
         f"trainer.max_prompt_length={_round_up(lengths.prompt_max)}",
         f"trainer.eval_batch_size={max(1, data.n_eval)}",
         "trainer.eval_before_train=true",  # also the first sandbox check: a broken sandbox stops here
-        f"trainer.eval_interval={SKYRL.eval_interval}",
+        f"trainer.eval_interval={hp.eval_interval}",
         # pitfall (no config.json): HF export only with hf_save_interval > 0 -> export_path/global_step_N/policy
         f"trainer.export_path={paths.export}",
         f"trainer.hf_save_interval={min(steps_per_epoch, max_steps) if max_steps else steps_per_epoch}",
         f"trainer.ckpt_path={paths.ckpt}",
-        f"trainer.ckpt_interval={SKYRL.ckpt_interval}",
+        f"trainer.ckpt_interval={hp.ckpt_interval}",
         "trainer.resume_mode=latest",
         # SkyRL's infra logs (vLLM start-up, worker start): a failed step sends their tails home
         f"trainer.log_path={paths.logs}",
@@ -300,9 +300,9 @@ def render_grpo(model: str, plan: Plan, data: TrainingData, lengths: Lengths, pa
 
 
 def render_sft(model: str, plan: Plan, data: TrainingData, lengths: Lengths, paths: Paths, steps: int,
-               run_name: str) -> list[str]:
+               run_name: str, hp: Hparams = SKYRL) -> list[str]:
     """The override list of `python -m harness.skyrl_main sft` (SkyRL's SFT trainer)."""
-    micro = 1 if plan.cpu_offload else SKYRL.sft_batch
+    micro = 1 if plan.cpu_offload else hp.sft_batch
     return [
         "strategy=fsdp",
         f"model.path={model}",
@@ -315,7 +315,7 @@ def render_sft(model: str, plan: Plan, data: TrainingData, lengths: Lengths, pat
         f"micro_train_batch_size_per_gpu={micro}",
         f"num_steps={steps}",
         f"max_length={_round_up(lengths.conversation_max, 256)}",
-        f"optimizer_config.lr={SKYRL.sft_lr}",
+        f"optimizer_config.lr={hp.sft_lr}",
         f"fsdp_config.cpu_offload={_bool(plan.cpu_offload)}",
         "num_workers=0",
         f"export_path={paths.export}",
@@ -345,15 +345,16 @@ def render_all(cfg: Any, model: str, run_dir: str | Path, data_dir: str | Path,
     SkyRLConfigError in one line when the plan, the budget or the data cannot work.
     """
     data = training_data_for(cfg, data_dir)
-    plan = plan_for(cfg.accelerators, model, data.n_train, cfg.num_nodes)
+    hp = for_config(cfg)  # the backend's table with the run's GRPO knobs
+    plan = plan_for(cfg.accelerators, model, data.n_train, cfg.num_nodes, hp)
     lengths = lengths or measure_lengths(model, data)
     check_budget(cfg.operator_max_new_tokens, lengths)
     run_name = Path(run_dir).name or "w8-biayn-r3"
     grpo = render_grpo(model, plan, data, lengths, paths_for(cfg, run_dir, grpo_name), cfg.grpo_epochs,
                        cfg.operator_max_new_tokens, cfg.grpo_max_steps, run_name if grpo_name == "grpo" else
-                       f"{run_name}-{grpo_name}")
+                       f"{run_name}-{grpo_name}", hp)
     sft = render_sft(model, plan, data, lengths, paths_for(cfg, run_dir, "sft"), max(1, cfg.harness_sft_steps),
-                     run_name + "-sft")
+                     run_name + "-sft", hp)
     return Rendered(grpo, sft, plan, lengths, data)
 
 

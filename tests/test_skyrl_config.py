@@ -7,7 +7,8 @@ import pytest
 from harness.config import load_config
 from harness.training_data import prepare_training_data
 from helpers import REWARD
-from harness.skyrl_config import (GROUP_SIZE, Lengths, Paths, SkyRLConfigError, check_budget, parse_accelerator,
+from harness.hparams import SKYRL
+from harness.skyrl_config import (Lengths, Paths, SkyRLConfigError, check_budget, parse_accelerator,
                                   paths_for, plan_for, render_all, render_grpo, render_sft, validate_grpo,
                                   validate_overrides, validate_sft)
 
@@ -40,7 +41,7 @@ def test_rendered_overrides_pass_skyrl_validation(data, accelerator, gpus, cpu_o
     assert summary["gpus"] == gpus == summary["engines"] * summary["tp"]
     assert summary["logger"] == "console" and summary["max_prompt_length"] >= LENGTHS.prompt_max
     assert summary["train_batch_size"] % summary["mini_batch"] == 0
-    assert (summary["mini_batch"] * GROUP_SIZE // gpus) % summary["micro"] == 0
+    assert (summary["mini_batch"] * SKYRL.group_size // gpus) % summary["micro"] == 0
     assert f"trainer.policy.fsdp_config.cpu_offload={'true' if cpu_offload else 'false'}" in grpo
     assert "trainer.hf_save_interval=0" not in grpo and any(o.startswith("trainer.export_path=") for o in grpo)
 

@@ -77,3 +77,17 @@ def test_search_plan_counts_arms_tasks_seeds_and_estimates_gpu_minutes_only_on_s
     assert planned_arms(load_config(env={})) == ["frozen", "trained"]
     gpu = search_plan(load_config(env={"W8_PRESET": "gcp"}))
     assert gpu["gpu_minutes_estimate"] > 0 and "grpo_only" in gpu["arms"]
+
+
+def test_grpo_knobs_reach_the_skyrl_overrides(tmp_path):
+    from harness.skyrl_config import Lengths, render_all
+
+    cfg = load_config(env={"W8_BACKEND": "skyrl", "W8_TRAIN_COUNT": "16", "W8_HARNESS_SFT_STEPS": "2",
+                           "W8_GRPO_GROUP_SIZE": "4", "W8_GRPO_LR": "3e-6", "W8_GRPO_TEMPERATURE": "0.7",
+                           "W8_GRPO_KL_COEF": "0", "W8_OPERATOR_MAX_NEW_TOKENS": "2560", "W8_ACCELERATORS": "A100:8"})
+    rendered = render_all(cfg, "Qwen/Qwen2.5-Coder-1.5B-Instruct", tmp_path / "run", tmp_path / "data",
+                          lengths=Lengths(prompt_max=1500, conversation_max=2800, answer_max=1300, exact=True,
+                                          tokenizer="test"))
+    for line in ("generator.n_samples_per_prompt=4", "trainer.policy.optimizer_config.lr=3e-06",
+                 "generator.sampling_params.temperature=0.7", "trainer.algorithm.kl_loss_coef=0.0"):
+        assert line in rendered.grpo, line
