@@ -45,6 +45,9 @@ TOKEN_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # SkyPilot's own `--down` is armed only after set-up succeeds and then replaces this with 1 minute.
 AUTODOWN_IDLE_MINUTES = 10
 CLUSTER_STATES = ("UP", "INIT", "STOPPED")
+# Host RAM a skyrl node needs: vLLM's engine and the FSDP policy (plus its CPU offload on one small GPU) load side
+# by side, and SkyRL's own SkyPilot recipes ask for `memory: 64+`. One L4 alone may land on g2-standard-4 (16 GB).
+MIN_HOST_MEMORY_GB = 64
 
 
 class CloudError(RuntimeError):
@@ -138,7 +141,7 @@ def knob_envs(env: Mapping[str, str]) -> list[tuple[str, str]]:
 
 def launch_command(env: Mapping[str, str], resolved: Mapping[str, Any] | None = None,
                    yaml_path: str = "sky/r3.yaml", cluster: str = CLUSTER, sky: str = "sky") -> list[str]:
-    """sky launch -c CLUSTER -y --down YAML --gpus G --num-nodes N [--image-id I] --env K=V ... [--secret NAME].
+    """sky launch -c CLUSTER -y --down YAML --gpus G --num-nodes N [--image-id I] [--memory M] --env K=V ... [--secret NAME].
 
     `env` holds what the user set (W8_* knobs, W8_PRESET, secrets); `resolved` the knobs as the node will
     resolve them (preset under env), which decide the resources. Knobs go as --env with their values (they
@@ -153,6 +156,8 @@ def launch_command(env: Mapping[str, str], resolved: Mapping[str, Any] | None = 
         cmd += ["--num-nodes", str(resolved["num_nodes"])]
     if resolved.get("image_id"):
         cmd += ["--image-id", str(resolved["image_id"])]
+    if resolved.get("memory"):
+        cmd += ["--memory", str(resolved["memory"])]
     for name, value in knob_envs(env):
         cmd += ["--env", f"{name}={value}"]
     sha = env.get("W8_GIT_SHA", "")
@@ -162,6 +167,19 @@ def launch_command(env: Mapping[str, str], resolved: Mapping[str, Any] | None = 
         if env.get(name):
             cmd += ["--secret", name]
     return cmd
+
+
+def check_host_memory(backend: str, memory: str) -> str:
+    """'' when W8_MEMORY gives a skyrl node enough host RAM, else the problem in one line (before money is spent)."""
+    if backend != "skyrl":
+        return ""
+    if not memory:
+        return (f"W8_MEMORY is not set: SkyPilot may pick a node with too little host RAM for vLLM and FSDP side by "
+                f"side (one L4: g2-standard-4, 16 GB); set W8_MEMORY={MIN_HOST_MEMORY_GB}+ (the preset should)")
+    if int(memory.rstrip("+")) < MIN_HOST_MEMORY_GB:
+        return (f"W8_MEMORY={memory}: under the {MIN_HOST_MEMORY_GB} GB a skyrl node needs (vLLM and FSDP load side "
+                f"by side; SkyRL's recipes ask for {MIN_HOST_MEMORY_GB}+); set W8_MEMORY={MIN_HOST_MEMORY_GB}+")
+    return ""
 
 
 # ---- reading sky's output ------------------------------------------------------------------------
@@ -212,7 +230,7 @@ def render_tasks(scenarios: list[dict[str, Any]], yaml_path: Path = TASK_YAML, t
 def scenario_of(cmd: list[str]) -> dict[str, Any]:
     """The `sky launch` command launch_command builds, as a render scenario (what the dry-run parses)."""
     scenario: dict[str, Any] = {"env": [], "secrets": []}
-    flags = {"--gpus": "gpus", "--num-nodes": "num_nodes", "--image-id": "image_id"}
+    flags = {"--gpus": "gpus", "--num-nodes": "num_nodes", "--image-id": "image_id", "--memory": "memory"}
     for flag, value in zip(cmd, cmd[1:]):
         if flag == "--env":
             scenario["env"].append(value.split("=", 1))
@@ -243,8 +261,9 @@ def _render_one(sky: Any, config: dict, scenario: dict) -> dict:
     secrets = [(name, "<redacted>") for name in scenario.get("secrets") or []]
     try:
         task = sky.Task.from_yaml_config(config, env_overrides=envs or None, secrets_overrides=secrets or None)
-        override = {k: scenario[s] for k, s in (("accelerators", "gpus"), ("image_id", "image_id")) if scenario.get(s)}
-        if override:  # what `sky launch --gpus/--image-id` do: override every resource's fields
+        override = {k: scenario[s] for k, s in (("accelerators", "gpus"), ("image_id", "image_id"), ("memory", "memory"))
+                    if scenario.get(s)}
+        if override:  # what `sky launch --gpus/--image-id/--memory` do: override every resource's fields
             task.set_resources_override(override)
         if scenario.get("num_nodes"):  # sky launch --num-nodes
             task.num_nodes = int(scenario["num_nodes"])
@@ -257,7 +276,8 @@ def _render_one(sky: Any, config: dict, scenario: dict) -> dict:
         "cloud": [str(r.cloud) for r in resources],
         "disk_size": [r.disk_size for r in resources],
         "image_id": [r.image_id for r in resources],
-        "ports": [list(r.ports or []) for r in resources],  # SkyPilot opens these to 0.0.0.0/0 on GCP
+        "ports": [list(r.ports or []) for r in resources],
+        "memory": [r.memory for r in resources],  # SkyPilot opens these to 0.0.0.0/0 on GCP
         "num_nodes": task.num_nodes,
         "envs": dict(task.envs),
         "secret_names": sorted(task.secrets),  # names only: values never leave this process

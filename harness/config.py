@@ -193,6 +193,12 @@ KNOBS: tuple[Knob, ...] = (
     _knob("skyrl_ref", str, SKYRL_REF, "SkyRL git tag or commit the node installs (scripts/node_setup.sh); it must pin "
           "what the dry-run validated", ((lambda v: re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", v) is not None),
                                          "a git tag or commit")),
+    _knob("memory", str, "", "host RAM of each GCP node in GB, SkyPilot's form (sky launch --memory): 64 exactly, "
+          "64+ at least; a skyrl launch needs >= 64 (vLLM and FSDP load side by side)",
+          ((lambda v: v == "" or re.fullmatch(r"[1-9][0-9]*\+?", v) is not None), "'' or <GB> or <GB>+, e.g. 64+")),
+    _knob("guard_no_valid", str, "stop", "GRPO's first batches without one valid program: stop the run (no "
+          "signal to pay for) | report it as a finding and go on (gpu-smoke: proves the plumbing); a failing "
+          "sandbox always stops", _choice("stop", "report")),
     _knob("keep_cluster", _flag, False, "make launch / gpu-smoke: leave a cluster whose launch failed or was "
           "interrupted up (for debugging; it bills until `make down`) instead of `sky down -y`",
           ((lambda v: isinstance(v, bool)), "0 or 1")),

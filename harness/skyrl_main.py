@@ -20,7 +20,8 @@ What we add to SkyRL's own loop, all through its public hooks:
 - `TrainingGuard`: any batch whose every program the sandbox failed (a remote sandbox gone for
   good mid-run included) stops the run with one line, and so do the first batches (eval before
   training included) when no program in any group was valid, instead of training on all-zero
-  rewards and reporting "trained = frozen".
+  rewards and reporting "trained = frozen" -- unless W8_GUARD_NO_VALID=report (gpu-smoke), where
+  that is written to guard.json as a finding and the run goes on.
 Before any GPU work the rows are re-checked with the policy's real tokenizer (prompt length,
 dataset size, the one token budget): the dry-run could only estimate.
 """
@@ -79,9 +80,16 @@ def group_stats(instance_ids: Sequence[str], rewards: Sequence[Any], env_metrics
 
 
 class TrainingGuard:
-    """Stops a run in its first batches when it cannot learn anything (see module doc)."""
-    def __init__(self, batches: int = GUARD_BATCHES):
-        self.batches, self.seen, self.empty = batches, 0, 0
+    """Stops a run in its first batches when it cannot learn anything (see module doc).
+
+    no_valid="report" (W8_GUARD_NO_VALID, the gpu-smoke preset): first batches without a valid program are
+    counted as a finding instead of stopping, so the smoke proves the plumbing with a model too small to
+    write one; a sandbox that fails every program stops the run in either mode.
+    """
+    def __init__(self, batches: int = GUARD_BATCHES, no_valid: str = "stop"):
+        self.batches, self.no_valid, self.seen, self.empty = batches, no_valid, 0, 0
+        self.empty_batches: list[int] = []  # batches (1-based) without a valid program, for the finding
+        self.last_reason = ""
 
     def check(self, stats: dict, env_metrics: Sequence[dict]) -> None:
         self.seen += 1
@@ -90,13 +98,24 @@ class TrainingGuard:
             raise TrainingGuardError(f"the sandbox failed on all {int(stats['samples'])} programs of batch "
                                      f"{self.seen} ({reason[:160]}): fix the sandbox (python -c 'from "
                                      "harness.sandbox import sandbox_info; print(sandbox_info())') before training")
+        if stats["valid_rate"] == 0.0:
+            self.empty_batches.append(self.seen)
+            self.last_reason = reason
         if self.seen > self.batches:
             return
         self.empty = self.empty + 1 if stats["valid_rate"] == 0.0 else 0
-        if self.empty >= self.batches:
+        if self.empty >= self.batches and self.no_valid == "stop":
             raise TrainingGuardError(f"no valid program in any group of the first {self.batches} batches (last "
                                      f"reason: {reason[:160]}): every GRPO advantage is 0; check the sandbox, the "
                                      "prompt and W8_OPERATOR_MAX_NEW_TOKENS before paying for more steps")
+
+    def finding(self) -> dict:
+        """What the guard saw, for guard.json and the step's record ("" finding when every batch had a valid program)."""
+        text = (f"the model wrote no valid program in {len(self.empty_batches)} of {self.seen} batches "
+                f"(last reason: {self.last_reason[:160]}); GRPO had no signal there"
+                if self.empty_batches else "")
+        return {"no_valid": self.no_valid, "batches": self.seen, "batches_without_valid": self.empty_batches,
+                "finding": text}
 
 
 class MetricsLog(TrainingCallback):
@@ -114,14 +133,15 @@ class MetricsLog(TrainingCallback):
 
 # ---- inside the Ray task --------------------------------------------------------------------
 
-def harness_generator_class():
-    """SkyRLGymGenerator with our per-batch metrics and the training guard (built lazily: GPU env only)."""
+def harness_generator_class(no_valid: str = "stop", guard_path: str | Path | None = None):
+    """SkyRLGymGenerator with our per-batch metrics and the training guard (built lazily: GPU env only).
+    The guard's finding is rewritten to guard_path after every batch (it survives a crash of the trainer)."""
     from skyrl.train.generators.skyrl_gym_generator import SkyRLGymGenerator
 
     class HarnessGenerator(SkyRLGymGenerator):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.guard = TrainingGuard()
+            self.guard = TrainingGuard(no_valid=no_valid)
 
         async def generate(self, input_batch, disable_tqdm: bool = False):
             out = await super().generate(input_batch, disable_tqdm)
@@ -131,7 +151,11 @@ def harness_generator_class():
             stats = group_stats(ids, out["rewards"], metrics)
             if out.get("rollout_metrics") is not None:
                 out["rollout_metrics"].update({f"harness/{k}": v for k, v in stats.items()})
-            self.guard.check(stats, metrics)
+            try:
+                self.guard.check(stats, metrics)
+            finally:
+                if guard_path:
+                    atomic_write_json(Path(guard_path), self.guard.finding(), indent=1)
             return out
 
     return HarnessGenerator
@@ -142,7 +166,7 @@ def write_sandbox_record(folder: str | Path) -> Path:
     return atomic_write_json(Path(folder) / "sandbox.json", sandbox_provenance(), indent=1)
 
 
-def grpo_entrypoint(cfg, metrics_path: str) -> None:
+def grpo_entrypoint(cfg, metrics_path: str, no_valid: str = "stop") -> None:
     """Runs in the Ray task: register the env, then SkyRL's BasePPOExp with our generator and callback."""
     from skyrl.backends.skyrl_train.inference_servers.utils import resolve_policy_model_name
     from skyrl.train.entrypoints.main_base import BasePPOExp
@@ -153,7 +177,7 @@ def grpo_entrypoint(cfg, metrics_path: str) -> None:
 
     class Exp(BasePPOExp):
         def get_generator(self, cfg, tokenizer, inference_engine_client):
-            return harness_generator_class()(
+            return harness_generator_class(no_valid, Path(metrics_path).parent / "guard.json")(
                 generator_cfg=cfg.generator, skyrl_gym_cfg=cfg.environment.skyrl_gym,
                 inference_engine_client=inference_engine_client, tokenizer=tokenizer,
                 policy_model_name=resolve_policy_model_name(cfg))
@@ -246,7 +270,7 @@ def _start_ray(skyrl_cfg) -> None:
     initialize_ray(skyrl_cfg)
 
 
-def main_grpo(overrides: list[str], metrics_path: str) -> None:
+def main_grpo(overrides: list[str], metrics_path: str, no_valid: str = "stop") -> None:
     import ray
     from skyrl.train.config import SkyRLTrainConfig
     from skyrl.train.utils.utils import validate_cfg
@@ -258,7 +282,7 @@ def main_grpo(overrides: list[str], metrics_path: str) -> None:
     check_rows_on_node(cfg, cfg.generator.sampling_params.max_generate_length)
     _start_ray(cfg)
     replicate_model_dir(cfg.trainer.policy.model.path)
-    ray.get(ray.remote(grpo_entrypoint).options(**_pinned_here()).remote(cfg, metrics_path))
+    ray.get(ray.remote(grpo_entrypoint).options(**_pinned_here()).remote(cfg, metrics_path, no_valid))
 
 
 def sft_configs(overrides: list[str], infra_logs: str | None):
@@ -289,15 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in KINDS:
         print(f"usage: python -m harness.skyrl_main {{{'|'.join(KINDS)}}} [--metrics PATH] [--infra-logs DIR] "
-              "<overrides...>", file=sys.stderr)
+              "[--guard-no-valid stop|report] <overrides...>", file=sys.stderr)
         return 2
     kind, rest = argv[0], argv[1:]
-    options = {"--metrics": f"{kind}-metrics.jsonl", "--infra-logs": None}
+    options = {"--metrics": f"{kind}-metrics.jsonl", "--infra-logs": None, "--guard-no-valid": "stop"}
     while rest[:1] and rest[0] in options and len(rest) > 1:
         options[rest[0]], rest = rest[1], rest[2:]
     try:
         if kind == "grpo":  # GRPO's overrides carry trainer.log_path themselves
-            main_grpo(rest, options["--metrics"])
+            main_grpo(rest, options["--metrics"], options["--guard-no-valid"])
         else:
             main_sft(rest, options["--metrics"], options["--infra-logs"])
     except (SkyRLConfigError, SkyRLRunError) as err:
@@ -309,10 +333,10 @@ def main(argv: list[str] | None = None) -> int:
 # ---- what steps 02 and 03 call --------------------------------------------------------------
 
 def run_entrypoint(kind: str, overrides: list[str], log_path: Path, metrics_path: Path,
-                   infra_logs: str | None = None) -> None:
+                   infra_logs: str | None = None, no_valid: str = "stop") -> None:
     """`python -m harness.skyrl_main KIND ...` in a subprocess, its output teed to log_path."""
     cmd = [sys.executable, "-m", "harness.skyrl_main", kind, "--metrics", str(metrics_path),
-           *(["--infra-logs", infra_logs] if infra_logs else []), *overrides]
+           *(["--infra-logs", infra_logs] if infra_logs else []), "--guard-no-valid", no_valid, *overrides]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     print(f"$ python -m harness.skyrl_main {kind} ({len(overrides)} overrides, log {log_path.name})", flush=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)}
@@ -341,16 +365,19 @@ def train_skyrl(cfg, run_dir: Path, kind: str, model: str) -> dict:
     paths = paths_for(cfg, run_dir, kind)
     # SkyRL's infra logs under the run folder (GRPO: trainer.log_path; SFT: --infra-logs), so a failed step's
     # tails come home (harness.records.failure_logs reads every *.log of the run folder)
-    run_entrypoint(entry, overrides, out_dir / f"skyrl_{kind}.log", metrics_path, paths.logs)
+    run_entrypoint(entry, overrides, out_dir / f"skyrl_{kind}.log", metrics_path, paths.logs, cfg.guard_no_valid)
     export = paths.export
     if "://" in export:
         fetch_newest_export(export, out_dir)
     if newest_export(out_dir) is None:
         raise SkyRLRunError(f"skyrl {kind} finished without an export under {export} (global_step_N/policy)")
     summarize_skyrl_metrics(metrics_path, out_dir, kind)
-    sandbox = out_dir / "sandbox.json"
+    sandbox, guard = out_dir / "sandbox.json", out_dir / "guard.json"
+    finding = json.loads(guard.read_text()) if guard.is_file() else None
+    if finding and finding["finding"]:
+        print(f"finding: {finding['finding']} (W8_GUARD_NO_VALID={finding['no_valid']})", flush=True)
     return {"train_wall_s": round(time.monotonic() - start, 1), "overrides": f"skyrl_{kind}_overrides.txt",
-            "sandbox": json.loads(sandbox.read_text()) if sandbox.is_file() else None,
+            "sandbox": json.loads(sandbox.read_text()) if sandbox.is_file() else None, "guard": finding,
             "plan": {"nodes": rendered.plan.num_nodes, "gpus": rendered.plan.total_gpus,
                      "engines": rendered.plan.num_engines, "tp": rendered.plan.tensor_parallel,
                      "train_batch_size": rendered.plan.train_batch_size}}

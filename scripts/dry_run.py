@@ -35,11 +35,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.cloud import TASK_YAML, CloudError, launch_command, open_ports, render_tasks, scenario_of  # noqa: E402
+from harness.cloud import (TASK_YAML, CloudError, check_host_memory, launch_command, open_ports,  # noqa: E402
+                           render_tasks, scenario_of)
 from harness.config import BY_ENV, KNOBS, Config, ConfigError, load_config  # noqa: E402
 from harness.dataset import DatasetError, is_balanced, make_task  # noqa: E402
 from harness.files import REPO_ROOT, WORK_DIR  # noqa: E402
-from harness.traces import trace_tasks  # noqa: E402
+from harness.traces import search_plan, trace_tasks  # noqa: E402
 
 TRAIN_SAMPLE = 64  # train tasks built here; the full set is built by step 03 (same code path)
 
@@ -83,8 +84,12 @@ def check_launch_needs(cfg: Config) -> str:
     if cfg.sandbox == "daytona" and not os.environ.get("DAYTONA_API_KEY"):
         raise CheckError("W8_SANDBOX=daytona but DAYTONA_API_KEY is not set: export it (it travels as a SkyPilot "
                          "secret) or use W8_SANDBOX=auto")
+    memory = check_host_memory(cfg.backend, cfg.memory)
+    if memory:
+        raise CheckError(memory)
     keys = [name for name in ("DAYTONA_API_KEY", "WANDB_API_KEY") if os.environ.get(name)]
-    return (f"backend skyrl, {cfg.num_nodes} x {cfg.accelerators}, sandbox {cfg.sandbox}; secrets passed by name: "
+    return (f"backend skyrl, {cfg.num_nodes} x {cfg.accelerators}, host RAM {cfg.memory} GB, sandbox {cfg.sandbox}, "
+            f"guard {cfg.guard_no_valid}, bucket {cfg.bucket or 'none (results only in the launch log)'}; secrets by name: "
             f"{', '.join(keys) or 'none'}")
 
 
@@ -116,7 +121,10 @@ def check_yaml(cfg: Config, out: Path, yaml_path: Path = TASK_YAML) -> str:
     missing = [name for name in ("DAYTONA_API_KEY", "WANDB_API_KEY") if name not in task["secret_names"]]
     if missing:
         raise CheckError(f"sky/r3.yaml does not declare the secret(s) {', '.join(missing)}")
-    return (f"{task['name']}: {task['cloud'][0]} {task['num_nodes']} x {task['accelerators'][0]}, disk "
+    if cfg.memory and task["memory"][0] != cfg.memory:
+        raise CheckError(f"W8_MEMORY={cfg.memory} did not reach the task's resources (got {task['memory'][0]!r})")
+    return (f"{task['name']}: {task['cloud'][0]} {task['num_nodes']} x {task['accelerators'][0]}, memory "
+            f"{task['memory'][0]} GB, no ports, disk "
             f"{task['disk_size'][0]} GB, image {task['image_id'][0] or 'default'}, preset {cfg.preset}, "
             f"{len(cmd)} launch args")
 
@@ -164,6 +172,16 @@ def check_datasets(cfg: Config) -> str:
             f"tasks from {len({t.obs_id for t in train})} observations, balanced, splits disjoint")
 
 
+def check_search_plan(cfg: Config) -> str:
+    """The searches the launch pays for (harness.traces.search_plan): arms x tasks x seeds, operator calls, GPU time."""
+    plan = search_plan(cfg)
+    minutes = plan["gpu_minutes_estimate"]
+    return (f"{plan['searches']} searches = {len(plan['arms'])} arms ({', '.join(plan['arms'])}) x {plan['tasks']} "
+            f"held-out tasks x {plan['seeds']} seed(s), at most {plan['max_operator_calls']} operator calls in "
+            f"{plan['max_rounds']} batched rounds" + (f"; about {minutes:.0f} GPU minutes of searching (an estimate "
+                                                      "from assumed vLLM speed, harness/traces.py)" if minutes else ""))
+
+
 def check_bash() -> str:
     for script in ("scripts/run_r3.sh", "scripts/node_setup.sh"):
         proc = subprocess.run(["bash", "-n", script], cwd=REPO_ROOT, capture_output=True, text=True)
@@ -198,6 +216,7 @@ def main() -> int:
     checks.run_together([("node env", check_node_env, out), ("skyrl lock", check_lock, out),
                          ("sky/r3.yaml", check_yaml, cfg, out), ("skyrl plans", check_skyrl, out)])
     checks.run("datasets", check_datasets, cfg)
+    checks.run("search plan", check_search_plan, cfg)
     checks.run("bash -n", check_bash)
     checks.run("compileall", check_compile)
     wall = time.monotonic() - start

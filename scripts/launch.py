@@ -41,8 +41,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.cloud import (AUTODOWN_IDLE_MINUTES, CLUSTER, CloudError, chosen_cost_per_hour,  # noqa: E402
-                           cluster_state, launch_command, load_service_account, popen_sky, run_sky, sky_executable)
+from harness.cloud import (AUTODOWN_IDLE_MINUTES, CLUSTER, CloudError, check_host_memory,  # noqa: E402
+                           chosen_cost_per_hour, cluster_state, launch_command, load_service_account, popen_sky, run_sky, sky_executable)
 from harness.config import ConfigError, load_config  # noqa: E402
 from harness.files import REPO_ROOT, WORK_DIR, logs_dir  # noqa: E402
 from harness.pipeline import git_sha  # noqa: E402
@@ -76,6 +76,9 @@ def preconditions(cfg, env: dict[str, str]) -> None:
     if cfg.sandbox == "daytona" and not env.get("DAYTONA_API_KEY"):
         raise ConfigError("W8_SANDBOX=daytona but DAYTONA_API_KEY is not set in this shell: export it "
                           "(it travels as a SkyPilot secret) or use W8_SANDBOX=auto")
+    memory = check_host_memory(cfg.backend, cfg.memory)
+    if memory:
+        raise ConfigError(memory)
 
 
 def status(cluster: str, env: dict[str, str]) -> str | None:

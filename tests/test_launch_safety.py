@@ -197,3 +197,37 @@ def test_sky_output_readers():
     assert cloud.cluster_state(listing) == "INIT"
     assert cloud.cluster_state(listing, "other") == "UP"
     assert cloud.cluster_state("No existing clusters.") is None
+
+
+# ---- host memory of a skyrl node ----------------------------------------------------------------------
+@pytest.mark.parametrize("backend, memory, problem", [
+    ("skyrl", "64+", ""), ("skyrl", "128", ""), ("local", "", ""),
+    ("skyrl", "", "W8_MEMORY is not set: SkyPilot may pick a node with too little host RAM"),
+    ("skyrl", "16+", "W8_MEMORY=16+: under the 64 GB a skyrl node needs"),
+])
+def test_host_memory_rule(backend, memory, problem):
+    found = cloud.check_host_memory(backend, memory)
+    assert found.startswith(problem) if problem else found == ""
+
+
+def test_the_gpu_smoke_preset_asks_for_enough_host_memory_and_reports_a_model_without_valid_programs():
+    cfg = load_config(env={"W8_PRESET": "gpu-smoke"})
+    assert cloud.check_host_memory(cfg.backend, cfg.memory) == "" and cfg.memory == "64+"
+    assert cfg.guard_no_valid == "report"
+    cmd = cloud.launch_command({"W8_PRESET": "gpu-smoke"}, cfg.as_dict())
+    assert cmd[cmd.index("--memory") + 1] == "64+"
+
+
+def test_launch_fake_sky_refuses_too_little_host_memory_before_sky(fake_sky_cluster):
+    env, calls = fake_sky_cluster
+    env["W8_MEMORY"] = "16+"
+    proc = subprocess.run([PY, "scripts/launch.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: W8_MEMORY=16+: under the 64 GB")
+    assert len(proc.stderr.strip().splitlines()) == 1 and calls() == []
+
+
+@needs_sky_env
+def test_the_memory_floor_reaches_skypilots_resources():
+    cfg = load_config(env={"W8_PRESET": "gpu-smoke"})
+    [task] = cloud.render_tasks([cloud.scenario_of(cloud.launch_command({"W8_PRESET": "gpu-smoke"}, cfg.as_dict()))])
+    assert task["memory"] == ["64+"] and task["accelerators"] == [{"L4": 1}]

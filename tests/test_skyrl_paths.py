@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import sandbox
+from harness import sandbox, sandbox_local
 from harness.dataset import make_task
 from harness.env import register_env
 from harness.metrics import skyrl_step_record, summarize_skyrl_metrics
@@ -67,9 +67,9 @@ def skyrl_batch(path, tokenizer, n_samples: int):
     return cfg, batch, uids
 
 
-def generator_with(cfg, tokenizer, answers):
+def generator_with(cfg, tokenizer, answers, no_valid="stop", guard_path=None):
     register_env()
-    return harness_generator_class()(generator_cfg=cfg.generator, skyrl_gym_cfg=cfg.environment.skyrl_gym,
+    return harness_generator_class(no_valid, guard_path)(generator_cfg=cfg.generator, skyrl_gym_cfg=cfg.environment.skyrl_gym,
                                      inference_engine_client=FakeInferenceClient(tokenizer, answers),
                                      tokenizer=tokenizer)
 
@@ -112,13 +112,40 @@ def test_guard_stops_when_no_program_is_valid(rows, tokenizer):
         asyncio.run(generator.generate(batch, disable_tqdm=True))
 
 
+def test_guard_in_report_mode_lets_the_smoke_go_on_and_records_the_finding(rows, tokenizer, tmp_path):
+    """gpu-smoke (W8_GUARD_NO_VALID=report): a model that writes no valid program is a finding, not a stop."""
+    _, path = rows
+    cfg, batch, _ = skyrl_batch(path, tokenizer, n_samples=2)
+    guard = tmp_path / "guard.json"
+    generator = generator_with(cfg, tokenizer, [GARBAGE, TRUNCATED], no_valid="report", guard_path=guard)
+    for _ in range(3):  # past the batches that stop a run in "stop" mode
+        asyncio.run(generator.generate(batch, disable_tqdm=True))
+    finding = json.loads(guard.read_text())
+    assert finding["batches_without_valid"] == [1, 2, 3] and finding["no_valid"] == "report"
+    assert finding["finding"].startswith("the model wrote no valid program in 3 of 3 batches (last reason: ")
+
+
+def test_guard_in_report_mode_still_stops_on_a_broken_sandbox(rows, tokenizer, monkeypatch, tmp_path):
+    _, path = rows
+    cfg, batch, _ = skyrl_batch(path, tokenizer, n_samples=2)
+    sandbox.close()
+    monkeypatch.setattr(sandbox_local, "RUNNER_PATH", str(TESTS / "no-such-runner.py"))  # the local backend's runner
+    monkeypatch.setenv("W8_SANDBOX", "local")
+    try:
+        generator = generator_with(cfg, tokenizer, [ORACLE], no_valid="report", guard_path=tmp_path / "guard.json")
+        with pytest.raises(TrainingGuardError, match="the sandbox failed on all 4 programs of batch 1"):
+            asyncio.run(generator.generate(batch, disable_tqdm=True))
+    finally:
+        sandbox.close()
+
+
 def test_guard_stops_on_a_broken_sandbox(rows, tokenizer, monkeypatch):
     """A sandbox whose runner cannot start (the file is gone): every program fails for the sandbox's
     reason, not its own; the first batch stops the run instead of training on zeros."""
     _, path = rows
     cfg, batch, _ = skyrl_batch(path, tokenizer, n_samples=2)
     sandbox.close()
-    monkeypatch.setattr(sandbox, "RUNNER_PATH", str(TESTS / "no-such-runner.py"))
+    monkeypatch.setattr(sandbox_local, "RUNNER_PATH", str(TESTS / "no-such-runner.py"))  # the local backend's runner
     monkeypatch.setenv("W8_SANDBOX", "local")
     try:
         with pytest.raises(TrainingGuardError, match="the sandbox failed on all 4 programs of batch 1"):
@@ -136,7 +163,7 @@ def test_guard_stops_on_a_sandbox_lost_after_the_first_batches(rows, tokenizer, 
     for _ in range(3):  # past GUARD_BATCHES
         asyncio.run(generator.generate(batch, disable_tqdm=True))
     sandbox.close()
-    monkeypatch.setattr(sandbox, "RUNNER_PATH", str(TESTS / "no-such-runner.py"))
+    monkeypatch.setattr(sandbox_local, "RUNNER_PATH", str(TESTS / "no-such-runner.py"))  # the local backend's runner
     try:
         with pytest.raises(TrainingGuardError, match="the sandbox failed on all 4 programs of batch 4"):
             asyncio.run(generator.generate(batch, disable_tqdm=True))
