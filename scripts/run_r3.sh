@@ -56,23 +56,32 @@ if [ "${SKYPILOT_NUM_NODES:-1}" -gt 1 ]; then
     || { echo "error: SKYPILOT_NODE_IPS has no IP for rank $RANK of $SKYPILOT_NUM_NODES nodes" >&2; exit 1; }
   # A driver needs a raylet on its own machine: before a worker joined, ray_nodes fails there (= not in it).
   ray_nodes() {  # alive Ray nodes at $1 (whose IP is $2, any if empty), asked from this node's raylet
-    "$PY" -c "import sys, ray
+    timeout 60 "$PY" -c "import sys, ray
 ray.init(address=sys.argv[1], _node_ip_address=sys.argv[3], logging_level='ERROR', log_to_driver=False)
 print(sum(1 for n in ray.nodes() if n['Alive'] and (not sys.argv[2] or n['NodeManagerAddress'] == sys.argv[2])))" \
       "$1" "${2:-}" "$NODE_IP" 2>/dev/null | tail -1
   }
+  # Waits are bounded by the clock (10 min), each probe by `timeout`: a probe of an absent head can hang.
   wait_for_nodes() {  # $1 address, $2 IP or "", $3 how many
-    for _ in $(seq 1 60); do [ "$(ray_nodes "$1" "$2" || true)" -ge "$3" ] 2>/dev/null && return 0; sleep 5; done
-    echo "error: the Ray cluster at $1 has not $3 node(s) ${2:+at $2 }after 5 min (node rank $RANK)" >&2
+    local until=$((SECONDS + 600))
+    while [ "$SECONDS" -lt "$until" ]; do
+      [ "$(ray_nodes "$1" "$2" || true)" -ge "$3" ] 2>/dev/null && return 0
+      sleep 5
+    done
+    echo "error: the Ray cluster at $1 has not $3 node(s) ${2:+at $2 }after 10 min (node rank $RANK)" >&2
     return 1
   }
   wait_for_head() {
-    for _ in $(seq 1 60); do "$RAY" status --address "$1" >/dev/null 2>&1 && return 0; sleep 5; done
-    echo "error: the Ray head at $1 did not come up in 5 min (node rank $RANK)" >&2
+    local until=$((SECONDS + 600))
+    while [ "$SECONDS" -lt "$until" ]; do
+      timeout 30 "$RAY" status --address "$1" >/dev/null 2>&1 && return 0
+      sleep 5
+    done
+    echo "error: the Ray head at $1 did not come up in 10 min (node rank $RANK)" >&2
     return 1
   }
   if [ "$RANK" = "0" ]; then
-    "$RAY" status --address "$HEAD_IP:6479" >/dev/null 2>&1 \
+    timeout 30 "$RAY" status --address "$HEAD_IP:6479" >/dev/null 2>&1 \
       || "$RAY" start --head --disable-usage-stats --port 6479 --node-ip-address "$HEAD_IP"
     wait_for_nodes "$HEAD_IP:6479" "" "$SKYPILOT_NUM_NODES"
     echo "node 0: the Ray cluster at $HEAD_IP:6479 has all $SKYPILOT_NUM_NODES nodes"
