@@ -9,7 +9,9 @@
 3. `sky` installed (PATH or .venv-sky) and the gcloud CLI SkyPilot calls;
 4. `sky check gcp` under scoped env vars only (GOOGLE_APPLICATION_CREDENTIALS,
    CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE, CLOUDSDK_CORE_PROJECT, CLOUDSDK_CONFIG);
-5. Daytona, one line each: DAYTONA_API_KEY set or not (never printed); the service reachable
+5. W8_GCP_IAP=1: the VPC W8_GCP_VPC admits tcp:22 only from IAP's 35.235.240.0/20 (its firewall
+   rules read through the Compute API with the service account; harness.gcp_iap);
+6. Daytona, one line each: DAYTONA_API_KEY set or not (never printed); the service reachable
    and the key accepted, or not (offline: "not reachable", not a failure); the network block
    confirmed or not: with the key accepted, a sandbox is created as a GRPO run creates it
    (network_block_all, ephemeral), checked (the service's report, a probe program's TCP connect
@@ -31,6 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.cloud import CloudError, key_path, load_service_account, mint_token, run_sky, sky_executable  # noqa: E402
+from harness.config import ConfigError, load_config  # noqa: E402
+from harness.gcp_iap import check_firewall, firewall_rules  # noqa: E402
 from harness.daytona_faults import describe  # noqa: E402
 from harness.sandbox_daytona import DaytonaBackend, check_service  # noqa: E402
 from harness.sandbox_protocol import SandboxError  # noqa: E402
@@ -114,6 +118,28 @@ def check_sky_gcp(report: Report, key_file: Path) -> None:
     report.line(enabled, "sky check gcp", "GCP enabled" if enabled else (reason or "GCP not enabled")[:300])
 
 
+def check_iap(report: Report, online: bool) -> None:
+    """W8_GCP_IAP=1: the VPC's firewall admits tcp:22 from IAP's range only (Compute API, service account)."""
+    try:
+        cfg = load_config()
+    except ConfigError as err:
+        report.line(False, "gcp iap", str(err))
+        return
+    if not cfg.gcp_iap:
+        report.line(None, "gcp iap", "off: SkyPilot's default network opens tcp:22 to 0.0.0.0/0 (W8_GCP_IAP=1 "
+                    "W8_GCP_VPC=<network> keeps SSH behind IAP)")
+        return
+    if not online:
+        report.line(None, "gcp iap", f"VPC {cfg.gcp_vpc}: firewall not checked (no network to Google)")
+        return
+    try:
+        problem, detail = check_firewall(firewall_rules(cfg.gcp_vpc), cfg.gcp_vpc)
+    except (CloudError, subprocess.TimeoutExpired) as err:
+        report.line(False, "gcp iap", f"cannot read VPC {cfg.gcp_vpc}'s firewall: {err}")
+        return
+    report.line(not problem, "gcp iap", problem or detail)
+
+
 def check_daytona(report: Report, probe: bool = True) -> None:
     """Key, reachability, block: one line each; offline is information, a refused key or block a failure."""
     key = os.environ.get("DAYTONA_API_KEY", "")
@@ -164,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         check_sky_gcp(report, args.key)
     else:
         report.line(None, "sky check gcp", "skipped: " + ("no network to Google" if key_ok else "no usable key"))
+    check_iap(report, online)
     check_daytona(report, probe=not args.no_daytona_probe)
     ok = sum(report.results)
     print(f"doctor: {ok}/{len(report.results)} checks ok" + ("" if all(report.results) else " - see FAIL lines"))

@@ -16,7 +16,9 @@
 4. the SkyRL plans (scripts/validate_skyrl.py): the knobs' shape and 1, 2, 4 nodes of <GPU>:8
    through SkyRL's config classes, the one token budget, prompt lengths;
 5. the datasets: held-out trace tasks and train tasks built and checked (balance, splits);
-6. scripts/run_r3.sh and scripts/node_setup.sh parsed by bash -n; `python -m compileall`.
+6. scripts/run_r3.sh and scripts/node_setup.sh parsed by bash -n; `python -m compileall`;
+7. SSH exposure: with W8_GCP_IAP=1 the rendered SkyPilot config (harness.gcp_iap) through SkyPilot's
+   own config schema; without it, a line saying tcp:22 is open to the internet.
 
 Everything rendered (node env lock files, override lists, the sky command) goes to
 .w8-biayn/dry-run/<preset>/. Fails (exit 1) on any error; ends with one line: k/n checks ok
@@ -25,6 +27,7 @@ in S seconds (budget 60 s).
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -37,7 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.cloud import (TASK_YAML, CloudError, check_host_memory, launch_command, open_ports,  # noqa: E402
                            render_tasks, scenario_of)
+from harness.cloud import GCLOUD_CONFIG_DIR, key_path  # noqa: E402
 from harness.config import BY_ENV, KNOBS, Config, ConfigError, load_config  # noqa: E402
+from harness.gcp_iap import sky_config, validate  # noqa: E402
 from harness.dataset import DatasetError, is_balanced, make_task  # noqa: E402
 from harness.files import REPO_ROOT, WORK_DIR  # noqa: E402
 from harness.traces import search_plan, trace_tasks  # noqa: E402
@@ -144,6 +149,21 @@ def check_node_env(out: Path) -> str:
     return _subprocess_check(["-m", "harness.node_env", "check", "--out", str(out / "node-env")])
 
 
+def check_ssh(cfg: Config, out: Path) -> str:
+    """IAP mode: the rendered SkyPilot config through SkyPilot's own schema; otherwise what SSH exposure is."""
+    if not cfg.gcp_iap:
+        return ("SkyPilot's default network: tcp:22 open to 0.0.0.0/0 (key-only SSH); W8_GCP_IAP=1 W8_GCP_VPC=<network> "
+                "keeps it behind IAP")
+    path = out / "sky-iap.yaml"
+    path.write_text(json.dumps(sky_config(cfg.gcp_vpc, "<project of the key>", key_path(), GCLOUD_CONFIG_DIR),
+                               indent=1) + "\n")
+    problem = validate(path)
+    if problem:
+        raise CheckError(problem)
+    return (f"IAP mode: gcp.vpc_name={cfg.gcp_vpc}, use_internal_ips, ssh_proxy_command via scripts/iap_proxy.sh; "
+            f"SkyPilot's config schema accepts {path.name}; the firewall is checked by make doctor")
+
+
 def check_lock(out: Path) -> str:
     return _subprocess_check(["-m", "harness.node_lock", "check", "--out", str(out / "node-lock")])
 
@@ -214,7 +234,8 @@ def main() -> int:
     checks.results.append(True)
     checks.run("launch needs", check_launch_needs, cfg)
     checks.run_together([("node env", check_node_env, out), ("skyrl lock", check_lock, out),
-                         ("sky/r3.yaml", check_yaml, cfg, out), ("skyrl plans", check_skyrl, out)])
+                         ("sky/r3.yaml", check_yaml, cfg, out), ("skyrl plans", check_skyrl, out),
+                         ("gcp ssh", check_ssh, cfg, out)])
     checks.run("datasets", check_datasets, cfg)
     checks.run("search plan", check_search_plan, cfg)
     checks.run("bash -n", check_bash)

@@ -43,7 +43,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.cloud import (AUTODOWN_IDLE_MINUTES, CLUSTER, CloudError, check_host_memory,  # noqa: E402
                            chosen_cost_per_hour, cluster_state, launch_command, load_service_account, popen_sky, run_sky, sky_executable)
+from harness.cloud import GCLOUD_CONFIG_DIR  # noqa: E402
 from harness.config import ConfigError, load_config  # noqa: E402
+from harness.gcp_iap import write_config as write_iap_config  # noqa: E402
 from harness.files import REPO_ROOT, WORK_DIR, logs_dir  # noqa: E402
 from harness.pipeline import git_sha  # noqa: E402
 from harness.records import parse_result_lines, runs_in, write_results  # noqa: E402
@@ -230,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         preconditions(cfg, env)
+        if cfg.gcp_iap:  # SkyPilot's own GCP keys, in a config file only these sky calls read
+            env["SKYPILOT_PROJECT_CONFIG"] = str(write_iap_config(cfg.gcp_vpc, GCLOUD_CONFIG_DIR))
     except (CloudError, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -241,6 +245,12 @@ def main(argv: list[str] | None = None) -> int:
             err=True)
     if not env.get("DAYTONA_API_KEY"):
         tee("note: DAYTONA_API_KEY not set: the node's sandbox will be local processes")
+    if cfg.gcp_iap:
+        tee(f"note: IAP mode: VPC {cfg.gcp_vpc}, internal IPs, SSH through IAP (SKYPILOT_PROJECT_CONFIG="
+            f"{env['SKYPILOT_PROJECT_CONFIG']}); `make doctor` checks the VPC's firewall")
+    else:
+        tee("note: SkyPilot's default GCP network opens tcp:22 to 0.0.0.0/0; W8_GCP_IAP=1 W8_GCP_VPC=<network> "
+            "keeps SSH behind IAP (docs/gpu-launch.md)")
     tee("$ " + shlex.join(cmd))
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _raise_interrupt)

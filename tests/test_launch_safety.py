@@ -76,6 +76,7 @@ with open(record, "a") as f:
     f.write(json.dumps(sys.argv[1:]) + "\n")
 cmd = sys.argv[1]
 if cmd == "launch":
+    print("fake sky: SKYPILOT_PROJECT_CONFIG=" + os.environ.get("SKYPILOT_PROJECT_CONFIG", ""), flush=True)
     print(open(os.environ["FAKE_SKY_TABLE"]).read(), flush=True)
     open(state, "w").write("UP")
     print("✓ Cluster launched: w8-biayn-r3.  View logs: sky logs --provision w8-biayn-r3", flush=True)
@@ -231,3 +232,29 @@ def test_the_memory_floor_reaches_skypilots_resources():
     cfg = load_config(env={"W8_PRESET": "gpu-smoke"})
     [task] = cloud.render_tasks([cloud.scenario_of(cloud.launch_command({"W8_PRESET": "gpu-smoke"}, cfg.as_dict()))])
     assert task["memory"] == ["64+"] and task["accelerators"] == [{"L4": 1}]
+
+
+# ---- IAP mode ------------------------------------------------------------------------------------------
+def test_iap_launch_fake_sky_hands_sky_skypilots_gcp_keys_in_a_private_config(fake_sky_cluster):
+    env, calls = fake_sky_cluster
+    env.update({"W8_GCP_IAP": "1", "W8_GCP_VPC": "w8-iap"})
+    proc = subprocess.run([PY, "scripts/launch.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    path = next(line.split("=", 1)[1] for line in proc.stdout.splitlines()
+                if line.startswith("fake sky: SKYPILOT_PROJECT_CONFIG="))
+    config = json.loads(Path(path).read_text())["gcp"]
+    assert config["vpc_name"] == "w8-iap" and config["use_internal_ips"] is True
+    assert "start-iap-tunnel" in (REPO / "scripts" / "iap_proxy.sh").read_text()
+    assert config["ssh_proxy_command"].endswith("scripts/iap_proxy.sh %h %p")
+    assert f"CLOUDSDK_AUTH_CREDENTIAL_FILE_OVERRIDE={Path(env['W8_GCP_KEY_FILE']).resolve()}" in config["ssh_proxy_command"]
+    assert "private_key" not in Path(path).read_text()  # the key's path, never its content
+    assert not any(arg.startswith("W8_GCP_") for arg in calls()[0])  # launcher knobs stay here
+    assert "note: IAP mode: VPC w8-iap, internal IPs, SSH through IAP" in proc.stdout
+
+
+def test_iap_needs_a_vpc_in_one_line(fake_sky_cluster):
+    env, calls = fake_sky_cluster
+    env["W8_GCP_IAP"] = "1"
+    proc = subprocess.run([PY, "scripts/launch.py"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "error: W8_GCP_IAP=1 needs W8_GCP_VPC=<network>: the VPC whose firewall admits tcp:22 from IAP's "
+        "35.235.240.0/20 only (docs/gpu-launch.md)") and calls() == []
