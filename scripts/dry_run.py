@@ -139,7 +139,7 @@ def _subprocess_check(args: list[str], timeout: int = 300, all_lines: bool = Fal
     proc = subprocess.run([sys.executable, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
     lines = proc.stdout.strip().splitlines() or [""]
     if proc.returncode != 0:
-        raise CheckError((proc.stderr.strip().splitlines() or [lines[-1] or "failed"])[-1])
+        raise CheckError((proc.stderr.strip().splitlines() or [lines[-1] or "failed"])[-1].removeprefix("error: "))
     if not all_lines:
         return lines[-1]
     return lines[-1] + "".join(f"\n{'':<20}{line}" for line in lines[:-1])

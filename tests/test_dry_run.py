@@ -30,8 +30,10 @@ def test_gpu_smoke_plan_validates_offline():
     proc = subprocess.run([sys.executable, "scripts/dry_run.py"], cwd=REPO, env=clean_env(W8_PRESET="gpu-smoke"),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().splitlines()[-1].startswith("dry-run: 8/8 checks ok")
+    assert proc.stdout.strip().splitlines()[-1].startswith("dry-run: 11/11 checks ok")
     assert "ok   node env       node env ok: skyrl 0.4.0 [fsdp]" in proc.stdout
+    assert "ok   skyrl lock     lock ok: requirements-node.txt (matplotlib 3.11.2, daytona 0.210.0) fits" in proc.stdout
+    assert "memory 64+ GB, no ports" in proc.stdout and "guard report" in proc.stdout
     assert "L4:1 x 1 node(s): 1 GPUs" in proc.stdout and "L4:8 x 4 node(s): 32 GPUs" in proc.stdout
     plans = REPO / ".w8-biayn" / "dry-run" / "gpu-smoke" / "plans"
     grpo = (plans / "skyrl_grpo_overrides-L4-1x1.txt").read_text().splitlines()
