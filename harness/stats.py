@@ -97,6 +97,15 @@ def min_detectable_effect(diffs: Sequence[float], a: Sequence[float], b: Sequenc
     return z * sd / math.sqrt(n)
 
 
+def tasks_for_effect(sd: float, effect: float, alpha: float = ALPHA, power: float = POWER) -> int | None:
+    """Tasks a paired test needs to find a mean difference `effect` with `power`, given the task differences' sd
+    (normal approximation); None when sd is 0 (no spread measured)."""
+    if sd <= 0:
+        return None
+    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
+    return max(2, math.ceil((z * sd / effect) ** 2))
+
+
 def paired_measure(a: Sequence[float], b: Sequence[float], lower_is_better: bool,
                    resamples: int = RESAMPLES) -> dict[str, Any]:
     """A vs B on one measure, task by task (a[i] and b[i] are task i's values); see the module doc."""
@@ -123,4 +132,5 @@ def paired_measure(a: Sequence[float], b: Sequence[float], lower_is_better: bool
             "better_tasks": better, "tied_tasks": n - better - worse, "worse_tasks": worse,
             "sign_test_p": round(sign_test(better, worse), 6), "wilcoxon_p": round(p_wilcoxon, 6),
             "wilcoxon_method": method, "mde80": None if mde is None else round(mde, 4),
+            "sd_of_differences": round(stdev(diffs), 4) if n > 1 else None,
             "in_words": words}

@@ -27,8 +27,9 @@ from harness.compare import MEASURES, CompareError, compare_arms, pair_key, plot
 from harness.files import atomic_write_json, atomic_write_text  # noqa: E402
 from harness.oracle import sft_target_source  # noqa: E402
 from harness.pipeline import STEPS, StepError, StepResult, load_run_config, read_marker, run_step  # noqa: E402
+from harness.stats import tasks_for_effect  # noqa: E402
 from harness.traces import ARMS, arm_file, load_traces  # noqa: E402
-from harness.training_data import sft_target_of_config  # noqa: E402
+from harness.training_data import sft_target_for, sft_target_of_config  # noqa: E402
 
 STEP = "05_compare"
 METRICS = ("sft_metrics.json", "grpo_metrics.json", "grpo_only_metrics.json")
@@ -113,6 +114,25 @@ def grpo_zero_variance(run_dir: Path) -> dict[str, dict]:
     return out
 
 
+def power_lines(result: dict) -> list[str]:
+    """Could this design have seen what GRPO added? The smallest detectable differences of trained vs sft, and
+    the tasks a paired test would need to find a one-step difference at the spread measured here."""
+    by = {(c["a"], c["b"]): c for c in result["comparisons"]}
+    c = by.get(("trained", "sft"))
+    if c is None:
+        return ["- no trained vs sft comparison in this run"]
+    steps, node0 = c["measures"]["steps"], c["measures"]["node0_gold"]
+    none = "cannot be estimated (no spread in either arm)"
+    lines = [f"- over n = {c['n_tasks']} tasks (alpha 0.05, power 0.8, normal approximation), the smallest "
+             f"difference this design detects in steps to gold: {_num(steps['mde80'], none=none)}; in node-0 gold "
+             f"rate: {none if node0['mde80'] is None else format(100 * node0['mde80'], '.0f') + ' points'}"]
+    need = tasks_for_effect(steps["sd_of_differences"] or 0.0, 1.0)
+    lines.append(f"- a one-step difference in steps to gold needs {need} tasks at the spread of task differences "
+                 f"measured here (sd {_num(steps['sd_of_differences'])} steps, budget {result['max_iterations']})"
+                 if need else "- the task differences in steps had no spread: a sample size cannot be derived")
+    return lines
+
+
 def zero_variance_lines(zero: dict[str, dict]) -> list[str]:
     lines = []
     for arm, z in zero.items():
@@ -156,6 +176,12 @@ def sandbox_lines(config: dict) -> list[str]:
     return lines
 
 
+def sft_target_name(knobs: dict) -> str:
+    """The SFT target a run used ('auto' resolved by backend; runs before W8_SFT_TARGET used the auto rule)."""
+    target = knobs.get("sft_target") or "auto"
+    return sft_target_for(knobs.get("backend", "local")) if target == "auto" else target
+
+
 def grpo_steps_line(zero: dict[str, dict], knobs: dict, hp: dict) -> str:
     """How much GRPO really ran: steps, and prompts seen out of the train tasks (one prompt per local step)."""
     steps = {arm: z["steps"] for arm, z in zero.items()}
@@ -185,7 +211,7 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], z
         f"- decoding, every arm: operator `{dec.get('name')}`, temperature {dec.get('temperature')}, up to "
         f"{dec.get('max_new_tokens')} tokens" + (f", {dec['dtype']}" if dec.get("dtype") else "")
         + (f", top_p {dec['top_p']}, top_k {dec['top_k']}" if dec.get("do_sample") else ""),
-        f"- training: SFT {knobs.get('harness_sft_steps')} step(s) on target `{knobs.get('sft_target')}` over "
+        f"- training: SFT {knobs.get('harness_sft_steps')} step(s) on target `{sft_target_name(knobs)}` over "
         f"{knobs.get('sft_count') or knobs.get('train_count')} row(s); GRPO {grpo_steps_line(zero, knobs, hp)}"
         + (f"; hyperparameters ({hp.get('backend')}): " + ", ".join(f"{k} {v}" for k, v in hp.items() if k != "backend")
            if hp else ""),
@@ -204,6 +230,10 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], z
         "## paired comparisons over tasks",
         "",
         *comparison_lines(result),
+        "",
+        "## power: could this design see an effect?",
+        "",
+        *power_lines(result),
         "",
         "## GRPO groups with zero reward variance",
         "",

@@ -34,7 +34,8 @@ def test_steps_01_04_05_for_real(step_env):
     early = step("05_compare", {**env, "W8_SANDBOX": "local"})
     assert early.returncode == 1
     assert early.stderr.strip().splitlines() == [
-        f"error: [05_compare] missing frozen_trace.json, trained_trace.json in {run_dir}: run steps 01 and 04 first"]
+        f"error: [05_compare] {run_dir} has 0 arm trace(s) (none); a compare needs two: run step 01 (frozen) or 04 "
+        "(sft, trained, grpo_only) first"]
 
     # the flag, not the environment, decides the sandbox (a DAYTONA_API_KEY in the shell must not win)
     frozen = step("01_frozen_trace", {**env, "DAYTONA_API_KEY": "dtn-not-a-real-key"}, "--sandbox", "local")
@@ -63,7 +64,8 @@ def test_steps_01_04_05_for_real(step_env):
     summary = (run_dir / "summary.md").read_text()
     shrunk_line = next(line for line in summary.splitlines() if line.startswith("**shrunk:"))
     assert shrunk_line.startswith(f"**shrunk: {'yes' if result['shrunk'] else 'no'}**")
-    assert result["n_pairs"] == 4 and not result["shrunk"]  # the same operator on both sides: equal is not shrunk
+    assert (result["n_tasks"], result["n_searches"]) == (2, 4) and not result["shrunk"]  # equal is not shrunk
+    assert "n = 2 held-out tasks" in summary and "## power: could this design see an effect?" in summary
     assert (run_dir / "trace.png").read_bytes()[:4] == b"\x89PNG"
     assert "## sandbox" in summary and "01_frozen_trace: asked local" in summary
 
