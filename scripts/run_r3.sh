@@ -28,6 +28,10 @@
 # Secrets (DAYTONA_API_KEY, WANDB_API_KEY) stay in the environment: this script never traces
 # commands (no `set -x`) and never prints the environment.
 set -euo pipefail
+# The whole script is one { ... } block, read completely before it runs: editing or pulling this
+# file while a run is going (hours, overnight) cannot change the running instance mid-way (bash
+# otherwise reads a script as it goes, and an edit made a running `make smoke` fail mid-run).
+{
 cd "$(dirname "$0")/.."
 
 STEPS_DIR="${W8_STEPS_DIR:-scripts}"
@@ -178,3 +182,5 @@ run_step 05_compare
 ELAPSED=$(( $(date +%s) - START ))
 TOTAL=$("$PY" -m harness.pipeline invocation "$RUN_DIR" "$ELAPSED" 0)
 echo "r3 run $RUN_ID finished in ${ELAPSED}s (all invocations: $TOTAL): $RESULTS_ROOT/$RUN_ID/summary.md"
+exit 0
+}
