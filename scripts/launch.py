@@ -65,7 +65,10 @@ class Tee:
 
     def __call__(self, line: str, err: bool = False) -> None:
         with self.lock:
-            print(line, file=sys.stderr if err else sys.stdout, flush=True)
+            try:
+                print(line, file=sys.stderr if err else sys.stdout, flush=True)
+            except (OSError, ValueError):  # the terminal went away (SIGHUP): the log and the teardown go on
+                pass
             self.file.write(line + "\n")
 
 
@@ -139,6 +142,8 @@ def stream(cmd: list[str], env: dict[str, str], tee: Tee, armer: AutodownArmer, 
                 armer.launched.set()
         return proc.wait(), False
     except KeyboardInterrupt:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # nothing may cut the teardown short now
+            signal.signal(signum, signal.SIG_IGN)
         tee("launch: interrupted; stopping sky launch, then checking the cluster", err=True)
         proc.send_signal(signal.SIGINT)  # a terminal's Ctrl-C reached it already; SIGTERM/SIGHUP did not
         try:
@@ -182,7 +187,8 @@ def final_line(cluster: str, state: str | None, done: str, cost: float | None) -
 def finish(cluster: str, env: dict[str, str], code: int, interrupted: bool, keep: bool, cost: float | None,
            tee: Tee) -> None:
     """What happens after sky launch exits: teardown on failure, and the final line in every case."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not stop `sky down` halfway
+    previous = {signum: signal.signal(signum, signal.SIG_IGN)  # a second Ctrl-C must not stop `sky down` halfway
+                for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         if code != 0 or interrupted:
             state, done = teardown(cluster, env, keep, tee)
@@ -194,7 +200,8 @@ def finish(cluster: str, env: dict[str, str], code: int, interrupted: bool, keep
     except CloudError as err:
         tee(f"cluster {cluster}: UNKNOWN, may be billing ({err}); run `make down` now", err=True)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def collect(log: Path, results_root: Path, tee: Tee) -> None:
