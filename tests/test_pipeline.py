@@ -322,3 +322,12 @@ def test_make_smoke_run_id_is_w8_run_id_and_a_clash_is_refused():
     clash = subprocess.run(["bash", "-c", dry.stdout.strip().splitlines()[-2] + " true"], cwd=REPO, env=env,
                            capture_output=True, text=True, timeout=60)
     assert clash.returncode == 2 and "RUN_ID=abc and W8_RUN_ID=other name different runs" in clash.stderr
+
+
+def test_on_a_node_each_artifact_is_one_w8_result_line_per_invocation(fake_pipeline):
+    env, tmp = fake_pipeline
+    proc = run_r3({**env, "SKYPILOT_NODE_RANK": "0"})
+    assert proc.returncode == 0, proc.stderr
+    files = [json.loads(l.split("W8_RESULT ", 1)[1])["file"] for l in proc.stdout.splitlines() if "W8_RESULT {" in l]
+    assert sorted(files) == sorted(["run_config.json", "frozen_trace.json", "sft_metrics.json", "grpo_metrics.json",
+                                    "trained_trace.json", "trace_compare.json"])
