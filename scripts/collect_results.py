@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,12 +78,21 @@ def from_bucket(bucket: str, run_id: str, out_root: Path) -> list[Path]:
     return sorted(p for p in (out_root / run_id).rglob("*") if p.is_file())
 
 
-def configured_bucket() -> str:
-    """W8_BUCKET as the launch resolved it (env, else the preset's); '' when there is none."""
+def configured_bucket(run_id: str | None = None) -> str:
+    """W8_BUCKET as set here (env, else the preset's), else the one the run's launch passed (`--env W8_BUCKET=...` on
+    the first line of a saved launch log that names the run); '' when there is none."""
     try:
-        return load_config().bucket
+        bucket = load_config().bucket
     except ConfigError:
-        return os.environ.get("W8_BUCKET", "")
+        bucket = os.environ.get("W8_BUCKET", "")
+    if bucket or not run_id:
+        return bucket
+    for log in sorted(logs_dir().glob("launch-*.log"), reverse=True):
+        text = log.read_text(errors="replace")
+        found = re.search(r"--env W8_BUCKET=(\S+)", text[:4000])  # the `$ sky launch ...` line
+        if found and run_id in text:
+            return found.group(1).strip("'\"")
+    return ""
 
 
 def auto_lines(run_id: str, cluster: str, job: str | None) -> tuple[list[str], str]:
@@ -113,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.bucket or (args.run_id and not (args.run_dir or args.log or args.sky)
-                           and not (runs_root() / args.run_id / "run_config.json").is_file() and configured_bucket()):
-            bucket = args.bucket or configured_bucket()
+                           and not (runs_root() / args.run_id / "run_config.json").is_file()
+                           and configured_bucket(args.run_id)):
+            bucket = args.bucket or configured_bucket(args.run_id)
             if not args.run_id:
                 raise CloudError("--bucket needs --run-id (make results RUN_ID=...)")
             try:

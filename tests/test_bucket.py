@@ -115,3 +115,21 @@ def test_collect_results_storage_error_is_one_line_naming_the_path(tmp_path):
                           cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and str(blocker) in proc.stderr
+
+
+def test_make_results_finds_the_bucket_the_launch_passed(tmp_path):
+    """No W8_BUCKET in this shell: the saved launch log that names the run says which bucket it used."""
+    run_dir = run_dir_with(tmp_path, "r3-from-log")
+    url = f"file://{tmp_path}/bucket"
+    bucket.upload(run_dir, ["run_config.json", "frozen_trace.json"], url)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "launch-gcp-20261204-040000.log").write_text(
+        f"$ sky launch -c w8-biayn-r3 -y --down sky/r3.yaml --gpus A100:8 --env W8_BUCKET={url} --env W8_PRESET=gcp\n"
+        "(task, pid=9) r3 run r3-from-log -> /home/gcpuser/sky_workdir/.w8-biayn/runs/r3-from-log\n"
+        "Connection to 34.1.2.3 closed by remote host.\n")  # dropped before any W8_RESULT line
+    env = clean_env(W8_RUNS_ROOT=str(tmp_path / "no-runs"), W8_LOGS_DIR=str(logs))
+    proc = subprocess.run([PY, "scripts/collect_results.py", "--run-id", "r3-from-log", "--out-root",
+                           str(tmp_path / "results")], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"2 files from {url}/runs/r3-from-log/ -> ")
