@@ -88,7 +88,7 @@ $(SKY_STAMP):
 sky-env: $(SKY_STAMP) ## SkyPilot (skypilot[gcp]==0.14.1) in its own tool env .venv-sky
 	@echo "sky-env ok: $$($(SKY_VENV)/bin/sky --version)"
 
-dry-run: setup ## validate a launch offline: knobs, node install spec, sky/r3.yaml via SkyPilot, SkyRL plans for 1/2/4 nodes, budgets
+dry-run: setup ## validate a launch offline: knobs, node install spec vs PyPI and SkyRL's uv.lock, sky/r3.yaml via SkyPilot (no ports, host RAM), SkyRL plans for 1/2/4 nodes, IAP config
 	W8_PRESET=$(LAUNCH_PRESET) $(PY) scripts/dry_run.py
 
 smoke: setup ## the whole r3 pipeline locally on tiny knobs, a real model step per stage (~8 min on 2 cores)
@@ -101,7 +101,7 @@ local: setup ## the whole r3 pipeline on the embedded model with CPU defaults ->
 study: setup ## the CPU study whose arms can differ: 16 held-out tasks x 4 arms (~90 min, 2 cores) -> results/<run-id>/
 	@$(RUN_ID_TO_ENV); W8_PRESET=study bash scripts/run_r3.sh
 
-launch: ## dry-run, then sky launch -c w8-biayn-r3 -y --down sky/r3.yaml (presets/gcp.env), output kept in .w8-biayn/logs/
+launch: ## dry-run, then sky launch -c w8-biayn-r3 -y --down sky/r3.yaml (presets/gcp.env), output kept in .w8-biayn/logs/; a failed or interrupted launch is torn down (docs/gpu-launch.md)
 	W8_PRESET=$(LAUNCH_PRESET) $(MAKE) --no-print-directory dry-run
 	W8_PRESET=$(LAUNCH_PRESET) $(PY) scripts/launch.py
 
@@ -112,12 +112,12 @@ gpu-smoke: ## the first real launch (a few dollars): one L4, a 0.5B model, all f
 watch: ## sky status + streamed logs with live steps_to_gold; the final result parsed out
 	$(PY) scripts/watch.py
 
-results: ## collect the W8_RESULT records of RUN_ID (local run dir, saved log or sky logs) into results/<run-id>/
+results: ## bring RUN_ID home into results/<run-id>/: local run dir, W8_BUCKET (or the launch's), saved launch log, sky logs
 	@test -n "$(RUN_ID)" || { echo "error: say which run: make results RUN_ID=<run-id>"; exit 2; }
 	$(PY) scripts/collect_results.py --run-id "$(RUN_ID)"
 
 down: ## tear the cluster down and confirm with sky status
 	$(PY) scripts/down.py
 
-doctor: sky-env ## check the service-account key, mint a token, sky check gcp (scoped env), Daytona or local
+doctor: sky-env ## check the service-account key, mint a token, sky check gcp (scoped env), the IAP VPC firewall, Daytona or local
 	$(PY) scripts/doctor.py
