@@ -102,6 +102,8 @@ def body(cfg, run_dir, args):
         (run_dir / "grpo").mkdir(exist_ok=True)
         (run_dir / "grpo" / "skyrl_grpo.log").write_text("".join(f"line {{i}}\n" for i in range(500)))
         os._exit(137)  # like a SIGKILL / preemption: no marker is written
+    if STEP == "01_frozen_trace" and os.environ.get("FAKE_EDIT_SCRIPT"):  # a `git pull` during the run
+        Path(os.environ["FAKE_EDIT_SCRIPT"]).write_text("echo edited; exit 9\n((( not bash\n")
     if STEP == os.environ.get("FAKE_KNOB_ERROR_AT"):
         raise ConfigError("W8_TRAIN_COUNT=1: too few for this step (a knob the step finds wrong)")
     atomic_write_json(run_dir / OUTPUT, {{"step": STEP, "knob": cfg.trace_max_iterations}})
@@ -331,3 +333,19 @@ def test_on_a_node_each_artifact_is_one_w8_result_line_per_invocation(fake_pipel
     files = [json.loads(l.split("W8_RESULT ", 1)[1])["file"] for l in proc.stdout.splitlines() if "W8_RESULT {" in l]
     assert sorted(files) == sorted(["run_config.json", "frozen_trace.json", "sft_metrics.json", "grpo_metrics.json",
                                     "trained_trace.json", "trace_compare.json"])
+
+
+def test_editing_run_r3_during_a_run_does_not_change_the_running_instance(fake_pipeline):
+    env, tmp = fake_pipeline
+    copy = tmp / "checkout"
+    (copy / "scripts").mkdir(parents=True)
+    script = copy / "scripts" / "run_r3.sh"
+    script.write_text((REPO / "scripts" / "run_r3.sh").read_text())
+    (copy / "harness").symlink_to(REPO / "harness")
+    for name in ("collect_results.py", "upload_results.py"):
+        (copy / "scripts" / name).symlink_to(REPO / "scripts" / name)
+    proc = subprocess.run(["bash", str(script)], cwd=copy, env={**env, "FAKE_EDIT_SCRIPT": str(script)},
+                          capture_output=True, text=True, timeout=120)
+    assert script.read_text().startswith("echo edited")  # the file did change under the run
+    assert proc.returncode == 0, proc.stderr
+    assert "edited" not in proc.stdout and len(step_calls(tmp)) == 5
