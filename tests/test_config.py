@@ -114,7 +114,7 @@ def test_every_w8_variable_the_tree_reads_is_a_knob_or_listed_once():
     for folder in ("harness", "scripts", "sky", "tests", "presets"):
         for path in (REPO / folder).rglob("*"):
             if path.is_file() and path.suffix in (".py", ".sh", ".yaml", ".env", ".txt"):
-                found |= set(re.findall(r"W8_[A-Z0-9_]*[A-Z0-9]", path.read_text(errors="replace")))
-    found |= set(re.findall(r"W8_[A-Z0-9_]*[A-Z0-9]", (REPO / "Makefile").read_text()))
+                found |= set(re.findall(r"W8_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9_])", path.read_text(errors="replace")))
+    found |= set(re.findall(r"W8_[A-Z0-9_]*[A-Z0-9](?![A-Z0-9_])", (REPO / "Makefile").read_text()))
     found -= {"W8_TRACE_SEDS", "W8_RESULT_ROOT", "W8_HARNES_MODEL", "W8_ZZZ"}  # the typos of the tests above
     assert sorted(found - set(BY_ENV) - set(OTHER_ENV) - not_variables) == []
