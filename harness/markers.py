@@ -13,6 +13,11 @@ redone step's outputs differ from before, the markers of the steps that used the
 dropped, so those are redone too (a trace redone from its saved search states usually comes
 out byte-identical, and nothing after it reruns).
 
+`invocations.json` counts the wall time of every run_r3.sh invocation of the run, so a
+resumed run reports its whole time: an invocation that was killed (preempted, Ctrl-C, the
+OOM killer) never records its end, and is counted up to the last marker or search state it
+saved.
+
 Cost: hashing reads every byte. Files up to HASH_ALWAYS_BYTES are re-hashed on every check;
 bigger ones (export weights, ~540 MB for the 135M model in float32) are re-hashed only when
 their size or mtime changed, so a resume does not read gigabytes to learn nothing. Damage that
@@ -142,3 +147,45 @@ def mark_done(run_dir: Path, step: str, outputs: list[str], summary: str, wall_s
         marker["dropped"] = drop_dependents(run_dir, step)
     atomic_write_json(marker_path(run_dir, step), marker)
     return marker
+
+
+# ---- invocations ------------------------------------------------------------------------------
+def _invocations(run_dir: Path) -> list[dict[str, Any]]:
+    try:
+        runs = json.loads((Path(run_dir) / "invocations.json").read_text())
+    except (OSError, ValueError):
+        return []  # none yet, or a damaged tally: it only loses earlier invocations' seconds
+    return runs if isinstance(runs, list) else []
+
+
+def start_invocation(run_dir: Path, now: float | None = None) -> None:
+    """Record that an invocation starts now (its end may never be recorded: see end_invocation)."""
+    runs = _invocations(run_dir) + [{"started": time.time() if now is None else now, "wall_s": None}]
+    atomic_write_json(Path(run_dir) / "invocations.json", runs)
+
+
+def _last_saved(run_dir: Path, since: float, until: float) -> float:
+    """The newest mtime of a marker or search state written in [since, until): how far a killed
+    invocation got."""
+    paths = list((Path(run_dir) / "steps").glob("*.json")) + list((Path(run_dir) / "search").glob("*.json"))
+    times = [t for p in paths if since <= (t := p.stat().st_mtime) < until]
+    return max(times, default=since)
+
+
+def end_invocation(run_dir: Path, exit_code: int, now: float | None = None) -> str:
+    """Record this invocation's end; the wall time of all invocations of the run, in words."""
+    now = time.time() if now is None else now
+    runs = _invocations(run_dir) or [{"started": now, "wall_s": None}]
+    runs[-1] = {**runs[-1], "wall_s": round(now - runs[-1]["started"], 1), "exit_code": exit_code}
+    atomic_write_json(Path(run_dir) / "invocations.json", runs)
+    total, killed = 0.0, 0
+    for i, run in enumerate(runs):
+        if run.get("wall_s") is None:
+            killed += 1
+            until = runs[i + 1]["started"] if i + 1 < len(runs) else now
+            total += _last_saved(run_dir, run["started"], until) - run["started"]
+        else:
+            total += run["wall_s"]
+    seconds = int(round(total))
+    note = f", {killed} killed and counted to its last saved step" if killed else ""
+    return f"{seconds // 60} min {seconds % 60} s over {len(runs)} invocation(s){note}"

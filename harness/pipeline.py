@@ -23,7 +23,8 @@ Also a tiny CLI for run_r3.sh (standard library and small harness modules: fast 
     python -m harness.pipeline lock RUN_DIR 9            # lock the run on the caller's open descriptor 9
     python -m harness.pipeline knob backend              # one resolved knob (preset applied)
     python -m harness.pipeline rerun-command RUN_ID [--new]  # the command that resumes (or starts anew) a run
-    python -m harness.pipeline invocation RUN_DIR S RC   # add S seconds to the run's wall time; print the total
+    python -m harness.pipeline invocation RUN_DIR start  # an invocation starts (its time counts even if killed)
+    python -m harness.pipeline invocation RUN_DIR end RC # it ends; prints the wall time of all invocations
     python -m harness.pipeline emit [--when-wanted] RUN_DIR [STEP ...]   # W8_RESULT lines of a run's small
                                                          # artifacts (--when-wanted: on a node or W8_EMIT_RESULTS=1)
     python -m harness.pipeline emit-failure RUN_DIR STEP CODE   # a failed step's log tails (W8_RESULT on a node)
@@ -50,8 +51,8 @@ from harness.files import (WORK_DIR, StorageError, atomic_write_bytes, atomic_wr
                            read_json, storage_error)
 from harness.hparams import hparams_record
 from harness.provenance import detected_gpus, git_sha, package_versions
-from harness.markers import (STEPS, MarkerError, first_pending_step, mark_done, marker_path, output_problems,
-                             read_marker, step_is_done)
+from harness.markers import (STEPS, MarkerError, end_invocation, first_pending_step, mark_done, marker_path,
+                             output_problems, read_marker, start_invocation, step_is_done)
 from harness.records import emit_failure, emit_results, results_wanted
 from harness.run_lock import RunLocked, lock_run
 
@@ -372,20 +373,6 @@ def init_run(results_root: Path) -> int:
     return 0
 
 
-def record_invocation(run_dir: Path, wall_s: int, exit_code: int) -> str:
-    """Append this run_r3.sh invocation to <run>/invocations.json; the wall time of all of them, in words."""
-    path = Path(run_dir) / "invocations.json"
-    try:
-        runs = read_json(path) if path.is_file() else []
-    except StorageError:
-        runs = []  # a damaged tally only loses earlier invocations' seconds
-    runs = [*runs, {"wall_s": wall_s, "exit_code": exit_code,
-                    "ended_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
-    atomic_write_json(path, runs)
-    total = sum(int(r.get("wall_s", 0)) for r in runs)
-    return f"{total // 60} min {total % 60} s over {len(runs)} invocation(s)"
-
-
 def emit_run(run_dir: Path, items: list[str]) -> None:
     """W8_RESULT lines of a run's small artifacts: all, or those of the named steps and files."""
     names = small_artifacts(run_dir) if not items else [
@@ -403,8 +390,10 @@ def _cli(argv: list[str]) -> int:
             lock_run(Path(rest[0]), fd=int(rest[1]))
         elif command == "rerun-command" and len(rest) in (1, 2):
             print(rerun_command(new_run_id(rest[0]) if rest[1:] == ["--new"] else rest[0]))
-        elif command == "invocation" and len(rest) == 3:
-            print(record_invocation(Path(rest[0]), int(rest[1]), int(rest[2])))
+        elif command == "invocation" and rest[1:2] == ["start"] and len(rest) == 2:
+            start_invocation(Path(rest[0]))
+        elif command == "invocation" and rest[1:2] == ["end"] and len(rest) == 3:
+            print(end_invocation(Path(rest[0]), int(rest[2])))
         elif command == "emit" and [a for a in rest if a != "--when-wanted"]:
             when_wanted = rest[0] == "--when-wanted"  # run_r3.sh: only where a log must carry results home
             if not when_wanted or results_wanted():
@@ -415,7 +404,7 @@ def _cli(argv: list[str]) -> int:
             print(getattr(load_config(), rest[0]))
         else:
             print("usage: python -m harness.pipeline init RESULTS_ROOT | lock RUN_DIR FD | knob NAME | "
-                  "rerun-command RUN_ID [--new] | invocation RUN_DIR WALL_S EXIT_CODE | "
+                  "rerun-command RUN_ID [--new] | invocation RUN_DIR start|end [EXIT_CODE] | "
                   "emit [--when-wanted] RUN_DIR [STEP|FILE ...] | emit-failure RUN_DIR STEP EXIT_CODE", file=sys.stderr)
             return 2
     except ConfigError as err:

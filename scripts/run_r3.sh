@@ -112,6 +112,7 @@ export W8_RUN_ID="$RUN_ID"
 # this one. The kernel drops the lock of a killed process, so a stale .lock is simply taken over.
 exec 9>>"$RUN_DIR/.lock"
 "$PY" -m harness.pipeline lock "$RUN_DIR" 9 || exit $?
+"$PY" -m harness.pipeline invocation "$RUN_DIR" start  # counted in the run's wall time even if killed
 # The resume command carries every W8_ variable of this run (preset, results root, knobs set by hand).
 RESUME=$("$PY" -m harness.pipeline rerun-command "$RUN_ID")
 echo "r3 run $RUN_ID -> $RUN_DIR"
@@ -148,7 +149,7 @@ run_step() {
   if [ "$rc" -ne 0 ]; then
     "$PY" -m harness.pipeline emit-failure "$RUN_DIR" "$step" "$rc" || true
     upload_results --failure "$step"
-    "$PY" -m harness.pipeline invocation "$RUN_DIR" $(( $(date +%s) - START )) "$rc" >/dev/null || true
+    "$PY" -m harness.pipeline invocation "$RUN_DIR" end "$rc" >/dev/null || true
     if [ "$rc" -eq 2 ]; then
       NEW=$("$PY" -m harness.pipeline rerun-command "$RUN_ID" --new)
       echo "error: $step failed on a knob (exit 2, above); run $RUN_ID is bound to its knobs, so resuming" \
@@ -180,7 +181,7 @@ run_step 05_compare
 # ---- 6. results/<run-id>/: the small proof (never overwrites a finished run's files) -------
 "$PY" scripts/collect_results.py --run-dir "$RUN_DIR" --out-root "$RESULTS_ROOT"
 ELAPSED=$(( $(date +%s) - START ))
-TOTAL=$("$PY" -m harness.pipeline invocation "$RUN_DIR" "$ELAPSED" 0)
+TOTAL=$("$PY" -m harness.pipeline invocation "$RUN_DIR" end 0)
 echo "r3 run $RUN_ID finished in ${ELAPSED}s (all invocations: $TOTAL): $RESULTS_ROOT/$RUN_ID/summary.md"
 exit 0
 }

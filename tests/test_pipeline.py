@@ -349,3 +349,17 @@ def test_editing_run_r3_during_a_run_does_not_change_the_running_instance(fake_p
     assert script.read_text().startswith("echo edited")  # the file did change under the run
     assert proc.returncode == 0, proc.stderr
     assert "edited" not in proc.stdout and len(step_calls(tmp)) == 5
+
+
+def test_a_killed_invocation_counts_up_to_its_last_saved_step(tmp_path):
+    from harness.markers import end_invocation, start_invocation
+
+    (tmp_path / "steps").mkdir()
+    start_invocation(tmp_path, now=1000.0)  # killed: its end is never recorded
+    marker = tmp_path / "steps" / "01_frozen_trace.json"
+    marker.write_text("{}")
+    os.utime(marker, (1100.0, 1100.0))  # its last step finished 100 s in
+    start_invocation(tmp_path, now=2000.0)
+    assert end_invocation(tmp_path, 0, now=2060.0) == \
+        "2 min 40 s over 2 invocation(s), 1 killed and counted to its last saved step"
+    assert json.loads((tmp_path / "invocations.json").read_text())[-1]["wall_s"] == 60.0
