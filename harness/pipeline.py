@@ -51,7 +51,7 @@ from harness.files import (WORK_DIR, StorageError, atomic_write_bytes, atomic_wr
                            read_json, storage_error)
 from harness.hparams import hparams_record
 from harness.provenance import detected_gpus, git_sha, package_versions
-from harness.markers import (STEPS, MarkerError, end_invocation, first_pending_step, mark_done, marker_path,
+from harness.markers import (STEPS, MarkerError, end_invocation, first_pending_step, mark_done,
                              output_problems, read_marker, start_invocation, step_is_done)
 from harness.records import emit_failure, emit_results, results_wanted
 from harness.run_lock import RunLocked, lock_run
