@@ -7,7 +7,8 @@
 
 Every artifact travels as one `W8_RESULT {json}` line with its sha256 (text verbatim, binary
 as base64); a damaged line is refused. The remote node prints them, so `sky logs` brings a
-run's results back even after `--down`; the local pipeline prints the same lines. A failed
+run's results back even after `--down`; off a node they are printed only when asked
+(W8_EMIT_RESULTS=1, results_wanted), since the run folder holds the files. A failed
 step also sends the tails of its logs (ours, SkyRL's infra logs, Ray's worker errors).
 Standard library only (with harness.files): the SkyPilot tool env imports this too.
 """
