@@ -1,6 +1,6 @@
 """What a Daytona fault is, read off the SDK's exceptions: retry, gone, or fatal; how long to wait; one line to log.
 
-The `daytona` SDK (0.224.0) raises two families: `create`/`delete`/`list` raise its own
+The `daytona` SDK (0.210.0) raises two families: `create`/`delete`/`list` raise its own
 DaytonaError subclasses (`status_code`, `headers`; a refused connection is a plain
 DaytonaError chained from urllib3's MaxRetryError), while `process.code_run` raises the
 toolbox client's raw ApiException/ServiceException/NotFoundException (`status`, `headers`,

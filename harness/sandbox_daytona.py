@@ -16,7 +16,7 @@ on timeouts and dropped connections; a refused connection, a name that does not 
 refused key (401/403) are not retried: auto falls back to local in seconds; a sandbox
 that answers 404/410 (stopped when idle, then deleted as ephemeral) is recreated once per
 program. A create that timed out may have left a sandbox (DaytonaTimeoutError carries no
-sandbox id in 0.224.0): each create carries a unique `w8-create` label, and whatever a
+sandbox id in 0.210.0): each create carries a unique `w8-create` label, and whatever a
 failed attempt left is listed by it and deleted (by close() if listing fails then).
 
 A program the sandbox failed is an infra failure (HarnessRun.infra); after
