@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from harness.env import HarnessLegalityEnv
-from harness.exports import export_policy, newest_export_step
+from harness.exports import export_policy, newest_export_step, quiet_transformers
 from harness.hparams import Hparams
 from harness.metrics import write_metrics
 from harness.files import shown_path
@@ -53,9 +53,12 @@ class TrainResult:
 
 
 def _load(model_path: str):
+    import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    quiet_transformers()  # no load/save bars or repeated advice: the trainer's one bar is the progress
+    datasets.disable_progress_bars()  # "Tokenizing train dataset" bars of a few rows
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:

@@ -24,23 +24,6 @@ from harness.traces import load_traces
 from harness.training_data import prepare_training_data
 
 
-def unwritable_dir(tmp_path: Path) -> Path:
-    """A folder this user cannot write: chmod 555, or for root (who ignores modes) a path under sysfs."""
-    folder = tmp_path / "readonly"
-    folder.mkdir()
-    folder.chmod(0o555)
-    try:
-        (folder / "probe").write_text("x")
-    except OSError:
-        return folder
-    for candidate in (Path("/sys/w8-results"), Path("/proc/w8-results")):
-        try:
-            candidate.mkdir()
-        except OSError:
-            return candidate
-    pytest.skip("no unwritable folder on this machine")
-
-
 def write_export(policy: Path) -> Path:
     import torch
     from safetensors.torch import save_file
@@ -97,8 +80,8 @@ def test_a_trace_cut_mid_json_is_one_line_naming_the_file(tmp_path):
     assert "\n" not in str(err.value)
 
 
-def test_writes_to_an_unwritable_folder_are_one_line_with_the_path_and_the_fix(tmp_path):
-    folder = unwritable_dir(tmp_path)
+def test_writes_to_an_unwritable_folder_are_one_line_with_the_path_and_the_fix(unwritable_dir):
+    folder = unwritable_dir
     with pytest.raises(StorageError) as err:
         atomic_write_bytes(folder / "x.json", b"{}")
     assert str(err.value).startswith(str(folder)) and "W8_RUNS_ROOT" in str(err.value)

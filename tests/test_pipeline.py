@@ -255,26 +255,9 @@ def test_a_stale_lock_file_of_a_dead_process_is_taken_over(fake_pipeline):
     assert len(step_calls(tmp)) == 5
 
 
-def unwritable_dir(tmp_path: Path) -> Path:
-    """A folder this user cannot write: chmod 555, or for root (who ignores modes) a path under sysfs."""
-    folder = tmp_path / "readonly"
-    folder.mkdir()
-    folder.chmod(0o555)
-    try:
-        (folder / "probe").write_text("x")
-    except OSError:
-        return folder
-    for candidate in (Path("/sys/w8-results"), Path("/proc/w8-results")):
-        try:
-            candidate.mkdir()
-        except OSError:
-            return candidate
-    pytest.skip("no unwritable folder on this machine")
-
-
-def test_a_read_only_results_root_is_found_before_step_01(fake_pipeline):
+def test_a_read_only_results_root_is_found_before_step_01(fake_pipeline, unwritable_dir):
     env, tmp = fake_pipeline
-    root = unwritable_dir(tmp)
+    root = unwritable_dir
     proc = run_r3({**env, "W8_RESULTS_ROOT": str(root)})
     assert proc.returncode == 1
     [line] = proc.stderr.strip().splitlines()
