@@ -62,6 +62,12 @@ def test_model_resolution_errors_name_the_model(tmp_path):
     with pytest.raises(ModelError, match="neither"):
         resolve_model("just-a-word")
     (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ModelError, match="no weights"):  # config.json alone is not a complete export
+        check_model_dir(tmp_path)
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
     assert check_model_dir(tmp_path) == tmp_path and resolve_model(str(tmp_path)) == str(tmp_path.resolve())
 
 
