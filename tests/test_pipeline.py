@@ -301,10 +301,15 @@ def test_each_step_ends_with_one_line_and_its_peak_rss(fake_pipeline):
 
 
 def test_make_smoke_run_id_is_w8_run_id_and_a_clash_is_refused():
-    dry = subprocess.run(["make", "-n", "smoke", "RUN_ID=abc"], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert 'export W8_RUN_ID="${W8_RUN_ID:-abc}"' in dry.stdout
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("W8_")}, "W8_RUN_ID": "other"}
-    clash = subprocess.run(["bash", "-c", dry.stdout.strip().splitlines()[-2] + " true"], cwd=REPO, env=env,
+    # Under `make test` the parent make's MAKELEVEL/MAKEFLAGS would add "make[1]: Entering directory" lines.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("W8_", "MAKE", "MFLAGS"))}
+    dry = subprocess.run(["make", "-n", "--no-print-directory", "smoke", "RUN_ID=abc"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=60)
+    check = next(line for line in dry.stdout.splitlines() if "name different runs" in line)
+    assert 'export W8_RUN_ID="${W8_RUN_ID:-abc}"' in check
+    # Only the RUN_ID check, never the run itself: a wrong line here must fail fast, not start a smoke run.
+    check = check.split('export W8_RUN_ID=')[0] + "true"
+    clash = subprocess.run(["bash", "-c", check], cwd=REPO, env={**env, "W8_RUN_ID": "other"},
                            capture_output=True, text=True, timeout=60)
     assert clash.returncode == 2 and "RUN_ID=abc and W8_RUN_ID=other name different runs" in clash.stderr
 
