@@ -112,6 +112,18 @@ def test_guard_stops_when_no_program_is_valid(rows, tokenizer):
         asyncio.run(generator.generate(batch, disable_tqdm=True))
 
 
+@pytest.fixture
+def break_sandbox(monkeypatch):
+    """Call it to break the local sandbox: its runner file is gone, so every program fails for the sandbox's
+    reason. The sandbox is closed again after the test, whatever happened."""
+    def breaker() -> None:
+        sandbox.close()
+        monkeypatch.setattr(sandbox_local, "RUNNER_PATH", str(TESTS / "no-such-runner.py"))  # the local runner
+        monkeypatch.setenv("W8_SANDBOX", "local")
+    yield breaker
+    sandbox.close()
+
+
 def test_guard_in_report_mode_lets_the_smoke_go_on_and_records_the_finding(rows, tokenizer, tmp_path):
     """gpu-smoke (W8_GUARD_NO_VALID=report): a model that writes no valid program is a finding, not a stop."""
     _, path = rows
@@ -125,50 +137,36 @@ def test_guard_in_report_mode_lets_the_smoke_go_on_and_records_the_finding(rows,
     assert finding["finding"].startswith("the model wrote no valid program in 3 of 3 batches (last reason: ")
 
 
-def test_guard_in_report_mode_still_stops_on_a_broken_sandbox(rows, tokenizer, monkeypatch, tmp_path):
+def test_guard_in_report_mode_still_stops_on_a_broken_sandbox(rows, tokenizer, break_sandbox, tmp_path):
     _, path = rows
     cfg, batch, _ = skyrl_batch(path, tokenizer, n_samples=2)
-    sandbox.close()
-    monkeypatch.setattr(sandbox_local, "RUNNER_PATH", str(TESTS / "no-such-runner.py"))  # the local backend's runner
-    monkeypatch.setenv("W8_SANDBOX", "local")
-    try:
-        generator = generator_with(cfg, tokenizer, [ORACLE], no_valid="report", guard_path=tmp_path / "guard.json")
-        with pytest.raises(TrainingGuardError, match="the sandbox failed on all 4 programs of batch 1"):
-            asyncio.run(generator.generate(batch, disable_tqdm=True))
-    finally:
-        sandbox.close()
+    break_sandbox()
+    generator = generator_with(cfg, tokenizer, [ORACLE], no_valid="report", guard_path=tmp_path / "guard.json")
+    with pytest.raises(TrainingGuardError, match="the sandbox failed on all 4 programs of batch 1"):
+        asyncio.run(generator.generate(batch, disable_tqdm=True))
 
 
-def test_guard_stops_on_a_broken_sandbox(rows, tokenizer, monkeypatch):
+def test_guard_stops_on_a_broken_sandbox(rows, tokenizer, break_sandbox):
     """A sandbox whose runner cannot start (the file is gone): every program fails for the sandbox's
     reason, not its own; the first batch stops the run instead of training on zeros."""
     _, path = rows
     cfg, batch, _ = skyrl_batch(path, tokenizer, n_samples=2)
-    sandbox.close()
-    monkeypatch.setattr(sandbox_local, "RUNNER_PATH", str(TESTS / "no-such-runner.py"))  # the local backend's runner
-    monkeypatch.setenv("W8_SANDBOX", "local")
-    try:
-        with pytest.raises(TrainingGuardError, match="the sandbox failed on all 4 programs of batch 1"):
-            asyncio.run(generator_with(cfg, tokenizer, [ORACLE]).generate(batch, disable_tqdm=True))
-        assert sandbox.sandbox_provenance()["infra_failures"] >= 4
-    finally:
-        sandbox.close()
+    break_sandbox()
+    with pytest.raises(TrainingGuardError, match="the sandbox failed on all 4 programs of batch 1"):
+        asyncio.run(generator_with(cfg, tokenizer, [ORACLE]).generate(batch, disable_tqdm=True))
+    assert sandbox.sandbox_provenance()["infra_failures"] >= 4
 
 
-def test_guard_stops_on_a_sandbox_lost_after_the_first_batches(rows, tokenizer, monkeypatch):
+def test_guard_stops_on_a_sandbox_lost_after_the_first_batches(rows, tokenizer, break_sandbox):
     """The sandbox check holds for every batch, not only the first ones the valid-rate check watches."""
     _, path = rows
     cfg, batch, _ = skyrl_batch(path, tokenizer, n_samples=2)
     generator = generator_with(cfg, tokenizer, [ORACLE])
     for _ in range(3):  # past GUARD_BATCHES
         asyncio.run(generator.generate(batch, disable_tqdm=True))
-    sandbox.close()
-    monkeypatch.setattr(sandbox_local, "RUNNER_PATH", str(TESTS / "no-such-runner.py"))  # the local backend's runner
-    try:
-        with pytest.raises(TrainingGuardError, match="the sandbox failed on all 4 programs of batch 4"):
-            asyncio.run(generator.generate(batch, disable_tqdm=True))
-    finally:
-        sandbox.close()
+    break_sandbox()
+    with pytest.raises(TrainingGuardError, match="the sandbox failed on all 4 programs of batch 4"):
+        asyncio.run(generator.generate(batch, disable_tqdm=True))
 
 
 def test_group_stats_counts_zero_variance_groups():
