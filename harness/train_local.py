@@ -50,6 +50,9 @@ class TrainResult:
 # without AVX512-BF16 a bf16 matmul takes a slow reference path (~0.3 GFLOP/s against ~80 in
 # float32 on this repo's 2-core test machine): a step then takes minutes instead of seconds.
 # The hyperparameters are harness.hparams.LOCAL, passed in by the caller.
+# Gradient checkpointing is on by default: activations are recomputed in the backward pass instead of
+# kept, which cuts a step's peak memory for some extra compute (scripts/bench_memory.py measures both;
+# TRL turns it off while GRPO generates, so sampling keeps its KV cache).
 
 
 def _load(model_path: str):
@@ -132,7 +135,7 @@ def quiet(trainer) -> None:
 
 
 def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: int, hp: Hparams,
-              seed: int = 0) -> TrainResult:
+              seed: int = 0, gradient_checkpointing: bool = True) -> TrainResult:
     """TRL SFTTrainer on the rows' reference answers (loss on the answer only) -> global_step_<steps>/policy.
 
     `data` comes from harness.training_data.training_data_for (the run's knobs); hp from
@@ -167,7 +170,7 @@ def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: i
                          learning_rate=hp.sft_lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
                          logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
                          max_length=None, completion_only_loss=True, dataloader_num_workers=0,
-                         gradient_checkpointing=False, disable_tqdm=True, bf16=False, fp16=False)
+                         gradient_checkpointing=gradient_checkpointing, disable_tqdm=True, bf16=False, fp16=False)
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                              callbacks=[StepLog(), progress_callback("SFT", steps, done, ("loss",))])
         quiet(trainer)
@@ -233,7 +236,7 @@ def grpo_steps(train_count: int, epochs: int, max_steps: int) -> int:
 
 
 def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: int, max_completion_length: int,
-               hp: Hparams, seed: int = 0) -> TrainResult:
+               hp: Hparams, seed: int = 0, gradient_checkpointing: bool = True) -> TrainResult:
     """TRL GRPOTrainer on CPU, reward = HarnessLegalityEnv.step -> global_step_N/policy + metrics.
 
     One prompt (train task) and hp.group_size sampled completions per step (3 to 3.5 minutes
@@ -281,7 +284,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                           beta=hp.kl_coef, temperature=hp.grpo_temperature, logging_steps=1, save_strategy="no",
                           report_to=[], use_cpu=True, seed=seed, shuffle_dataset=True,
                           dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False,
-                          gradient_checkpointing=False, bf16=False, fp16=False)
+                          gradient_checkpointing=gradient_checkpointing, bf16=False, fp16=False)
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
                               processing_class=tokenizer,
                               callbacks=[StepLog(), progress_callback("GRPO", steps, done, ("reward", "reward_std"))])
