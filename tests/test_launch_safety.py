@@ -176,8 +176,11 @@ def test_a_teardown_that_fails_fake_sky_says_the_cluster_is_still_up(fake_sky_cl
 def test_ctrl_c_during_setup_fake_sky_tears_the_cluster_down(fake_sky_cluster, signum):
     env, calls = fake_sky_cluster
     env["FAKE_SKY_HANG"] = "1"
+    # A shell without job control starts background jobs with SIGINT ignored, and an ignored signal is
+    # inherited: give the launcher a terminal's default, as a user's Ctrl-C finds it.
     proc = subprocess.Popen([PY, "scripts/launch.py"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 60
     while not any(argv[0] == "autostop" for argv in calls()) and time.monotonic() < deadline:
         time.sleep(0.1)
