@@ -33,7 +33,7 @@ $(CHROMIUM):
 setup: $(STAMP) $(CHROMIUM) ## create .venv, install pinned requirements and Debian's Chromium
 	@echo "setup ok: $$($(PY) --version), $$($(CHROMIUM) --version 2>/dev/null)"
 
-test: setup ## run the test suite, browser tests included (~3 min on 2 cores)
+test: setup ## run the test suite, browser tests included (~7 min on 2 cores)
 	$(PY) -m pytest -q
 
 # ---- benchmark ------------------------------------------------------------
