@@ -74,8 +74,8 @@ def main() -> int:
         return 0
     out.mkdir(parents=True, exist_ok=True)
     rows = []
+    start = str(out / "sft-off" / f"global_step_{args.steps}" / "policy")  # GRPO's start: the first SFT export
     for trainer in ("sft", "grpo"):
-        start = str(out / "sft-off" / f"global_step_{args.steps}" / "policy")
         off = measure(trainer, False, args.steps, out, start)
         on = measure(trainer, True, args.steps, out, start)
         rows.append((trainer, off, on))
