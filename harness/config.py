@@ -179,6 +179,30 @@ KNOBS: tuple[Knob, ...] = (
           "arm searches", _int_range(1, 64)),
     _knob("grpo_only_arm", _flag, False, "also train GRPO from the frozen model without SFT and trace it (the "
           "grpo_only arm)", ((lambda v: isinstance(v, bool)), "0 or 1")),
+    _knob("refine_arm", _flag, False, "also train the refine arm (SFT warm-start, then GRPO on zero-shot prompts mixed "
+          "with refinement prompts harvested from its own searches on train pages) and trace it",
+          ((lambda v: isinstance(v, bool)), "0 or 1")),
+    _knob("self_arm", _flag, False, "also train the self arm (no answer key: rejection-sampling fine-tuning of the base "
+          "model on its own best programs from searches on train pages, then GRPO on mixed prompts) and trace it",
+          ((lambda v: isinstance(v, bool)), "0 or 1")),
+    _knob("refine_share", float, 0.5, "share of the refine and self arms' GRPO prompts that are refinement prompts "
+          "(harness.prompts.build_refine_prompt of a harvested parent and its failures); the rest are zero-shot",
+          _unit_closed()),
+    _knob("refine_improvement_bonus", float, 0.2, "reward bonus of a refinement whose child scores strictly above its "
+          "parent (a linear improvement term would be a no-op: GRPO normalises rewards within a group of one parent)",
+          _unit_closed()),
+    _knob("refine_identical_penalty", float, 0.2, "reward penalty of a refinement whose child is its parent's program "
+          "unchanged", _unit_closed()),
+    _knob("harvest_tasks", int, 8, "train tasks (train pages only) searched to harvest refinement prompts and the self "
+          "arm's programs", _int_range(1, 512)),
+    _knob("harvest_max_iterations", int, 4, "refinements per harvest search on a train task", _int_range(1, 64)),
+    _knob("self_rounds", int, 2, "rejection-sampling fine-tuning rounds of the self arm (each: search train pages, "
+          "keep the best programs, fine-tune from the base model on them)", _int_range(1, 3)),
+    _knob("self_sft_steps", int, 8, "SFT steps of each self-arm round (batch of one kept program each)",
+          _int_range(1, 1000)),
+    _knob("matched_max_iterations", int, 64, "hard cap on the frozen_matched arm's budget (the frozen budget plus the "
+          "trained arms' training generations per held-out task); a larger one is refused before any model loads",
+          _int_range(0, 1000)),
     _knob("sandbox", str, "auto", "where model code runs: auto (daytona if DAYTONA_API_KEY) | local | daytona",
           _choice("auto", "local", "daytona")),
     _knob("sandbox_timeout_s", float, 2.0, "wall-time limit for one program on one task", _positive()),
