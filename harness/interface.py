@@ -336,3 +336,15 @@ def prepare(output) -> tuple[str, str]:
         text = _as_text(output)
         return "", "empty output" if not text.strip() else "no Python code found in the output"
     return code, validate_code(code).reason
+
+
+# ---- sameness ----------------------------------------------------------------------
+
+def program_key(code: str) -> str:
+    """What "the same program" means when a child is compared with its parent: the code as ast.unparse
+    writes it back (comments, blank lines, spacing and quote style do not count), or the stripped text of
+    code that does not parse."""
+    try:
+        return ast.unparse(ast.parse(code))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return "\n".join(line.rstrip() for line in code.strip().splitlines() if line.strip())

@@ -44,8 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+from harness.budget import check_budgets, check_refine_fits, planned_arms
 from harness.config import BY_NAME, KNOBS, Config, ConfigError, add_flags, load_config, load_config_or_exit
-from harness.dataset import max_examples_per_obs, n_pages
+from harness.dataset import make_task, max_examples_per_obs, n_pages
 from harness.exports import ExportError, check_export, newest_export
 from harness.files import (WORK_DIR, StorageError, atomic_write_bytes, atomic_write_json, check_writable,
                            read_json, storage_error)
@@ -131,6 +132,9 @@ def check_task_sizes(cfg: Config) -> None:
         if n > serviceable:
             raise ConfigError(f"{BY_NAME[name].env}={n}: no {split} observation can give {n} balanced examples "
                               f"(the snapshot's largest observation has {largest} actions)")
+    arms = planned_arms(cfg)
+    check_budgets(cfg, arms)
+    check_refine_fits(cfg, [make_task("heldout", cfg.trace_task_seed, cfg.trace_examples_per_obs)])
 
 
 def open_run(cfg: Config, root: Path | None = None) -> Path:

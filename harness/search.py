@@ -137,6 +137,19 @@ class Trace:
             "wall_s": self.wall_s, "nodes": nodes,
         }
 
+    def prefix(self, budget: int) -> "Trace":
+        """The search as if its budget had been `budget` refinements: its first budget + 1 nodes.
+
+        Exact, because the search never looks at its budget: Thompson sampling, the per-node
+        seeds and the prompts depend only on the nodes so far, and the budget only says when to
+        stop. One long search therefore serves every smaller budget (the frozen and frozen_matched
+        arms share one search per task). Wall time is the kept nodes' own."""
+        if budget > self.knobs["max_iterations"]:
+            raise ValueError(f"a prefix of budget {budget} from a search of budget {self.knobs['max_iterations']}")
+        nodes = self.nodes[: budget + 1]
+        return Trace(self.task, {**self.knobs, "max_iterations": budget}, self.operator, list(nodes),
+                     round(sum(n.wall_s for n in nodes), 3))
+
     @classmethod
     def from_trace(cls, data: dict[str, Any]) -> "Trace":
         nodes = [Node(**n) for n in data.get("nodes", [])]

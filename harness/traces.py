@@ -18,15 +18,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.config import Config
+from harness.budget import arm_plan, check_refine_fits, frozen_search_budget, matched_budgets, planned_arms
+from harness.config import Config, ConfigError
 from harness.dataset import DatasetError, Task, heldout_examples, make_task, n_pages
 from harness.files import StorageError, atomic_write_json, read_json, shown_path
 from harness.operators import OperatorError, operator_from_config
 from harness.pipeline import StepError, config_of_run
 from harness.sandbox import sandbox_provenance
-from harness.search import SearchKnobs, SearchSpec, SearchStateError, run_searches
+from harness.search import SearchKnobs, SearchSpec, SearchStateError, Trace, run_searches
 
-ARMS = ("frozen", "sft", "trained", "grpo_only")
+ARMS = ("frozen", "frozen_matched", "sft", "trained", "grpo_only", "refine", "self")
+SEARCHED_ARMS = ("frozen", "sft", "trained", "grpo_only", "refine", "self")  # frozen_matched is cut from frozen's search
+FROZEN_LONG = "frozen_long"  # frozen's whole search, when an arm's equal-compute budget exceeds frozen_matched's
 TASK_SEED_TRIES = 1000  # seeds tried from trace_task_seed on to find the tasks' distinct pages
 
 
@@ -63,32 +66,36 @@ GPU_TOKENS_PER_S = 100.0
 GPU_ROUND_OVERHEAD_S = 5.0
 
 
-def planned_arms(cfg: Config) -> list[str]:
-    """The arms a run with these knobs searches."""
-    arms = ["frozen"]
-    if cfg.harness_sft_steps > 0:
-        arms.append("sft")
-    arms.append("trained")
-    if cfg.grpo_only_arm and cfg.harness_sft_steps > 0:
-        arms.append("grpo_only")
-    return arms
+def frozen_budgets(cfg: Config) -> dict[str, int]:
+    """The budgets cut from frozen's one search per (task, seed): frozen (the run's budget), frozen_matched (the
+    trained arm's compute, harness.budget) and, when another arm's equal-compute budget is larger, frozen_long."""
+    arms = planned_arms(cfg)
+    matched = matched_budgets(cfg, arms)
+    budgets = {"frozen": cfg.trace_max_iterations, "frozen_matched": matched["trained"]}
+    longest = frozen_search_budget(cfg, arms)
+    if longest > budgets["frozen_matched"]:
+        budgets[FROZEN_LONG] = longest
+    return budgets
 
 
 def search_plan(cfg: Config) -> dict[str, Any]:
     """The searches a run plans: arms x tasks x seeds, the most operator calls (every search uses its whole
     budget), and on the skyrl backend an estimate of the GPU minutes they take (assumptions above)."""
     arms = planned_arms(cfg)
-    searches = len(arms) * cfg.trace_tasks * cfg.trace_seeds
-    rounds = len(arms) * (cfg.trace_max_iterations + 1)
+    searched = [arm for arm in arms if arm in SEARCHED_ARMS]
+    per_search = {arm: (frozen_search_budget(cfg, arms) if arm == "frozen" else cfg.trace_max_iterations) + 1
+                  for arm in searched}
+    pairs = cfg.trace_tasks * cfg.trace_seeds
+    rounds = sum(per_search.values())
     round_s = cfg.operator_max_new_tokens / GPU_TOKENS_PER_S + GPU_ROUND_OVERHEAD_S
-    return {"arms": arms, "tasks": cfg.trace_tasks, "seeds": cfg.trace_seeds, "searches": searches,
-            "max_operator_calls": searches * (cfg.trace_max_iterations + 1), "max_rounds": rounds,
+    return {"arms": arms, "tasks": cfg.trace_tasks, "seeds": cfg.trace_seeds, "searches": len(searched) * pairs,
+            "max_operator_calls": pairs * rounds, "max_rounds": rounds, "per_arm": arm_plan(cfg, arms),
             "gpu_minutes_estimate": round(rounds * round_s / 60, 1) if cfg.backend == "skyrl" else None}
 
 
-def search_specs(cfg: Config, run_dir: Path, arm: str) -> list[SearchSpec]:
-    """One search per (task, seed) pair, with its state file and held-out check."""
-    knobs = SearchKnobs.from_config(cfg)
+def search_specs(cfg: Config, run_dir: Path, arm: str, budget: int | None = None) -> list[SearchSpec]:
+    """One search per (task, seed) pair, with its state file and held-out check (budget: the run's unless given)."""
+    knobs = SearchKnobs.from_config(cfg if budget is None else cfg.replace(trace_max_iterations=budget))
     specs = []
     for task in trace_tasks(cfg):
         heldout = heldout_examples(task.obs_id)
@@ -100,16 +107,20 @@ def search_specs(cfg: Config, run_dir: Path, arm: str) -> list[SearchSpec]:
     return specs
 
 
-def run_arm(cfg: Config, run_dir: Path, arm: str, say: Callable[..., None] = print) -> list[dict[str, Any]]:
+def run_arm(cfg: Config, run_dir: Path, arm: str, say: Callable[..., None] = print,
+            budget: int | None = None) -> list[dict[str, Any]]:
     """Every (task, seed) search of one arm, batched, with the operator the knobs describe (model =
     cfg.harness_model). Prints live `steps_to_gold <arm> ...` lines; StepError in one line."""
+    budget = cfg.trace_max_iterations if budget is None else budget
     try:
-        specs = search_specs(cfg, run_dir, arm)
+        specs = search_specs(cfg, run_dir, arm, budget)
+        if budget:  # before the model loads: the refinement prompt must fit its context
+            check_refine_fits(cfg, [spec.task for spec in specs])
         operator = operator_from_config(cfg)
     except (DatasetError, OperatorError) as err:
         raise StepError(f"{arm}: {err}") from None
     say(f"steps_to_gold {arm}: {len(specs)} searches ({cfg.trace_tasks} task(s) x {cfg.trace_seeds} seed(s)), "
-        f"budget {cfg.trace_max_iterations}, operator {operator.name} at temperature "
+        f"budget {budget}, operator {operator.name} at temperature "
         f"{getattr(operator, 'temperature', '-')}", flush=True)
     try:
         traces = run_searches(specs, operator, progress=lambda line: say(f"steps_to_gold {line}", flush=True))
@@ -128,6 +139,29 @@ def trace_arm_to_file(cfg: Config, run_dir: Path, arm: str, model: str, say: Cal
     with the sandbox that ran the arm's programs)."""
     traces = run_arm(cfg.replace(harness_model=model), run_dir, arm, say)
     return write_traces(Path(run_dir) / arm_file(arm), arm, shown_path(model, run_dir), traces, sandbox_provenance())
+
+
+def trace_frozen_to_files(cfg: Config, run_dir: Path, model: str, say: Callable[..., None] = print) -> list[Path]:
+    """frozen's one search per (task, seed) with the largest budget any arm is matched to, cut into
+    <run>/frozen_trace.json (the run's budget), frozen_matched_trace.json (the trained arm's compute) and,
+    when larger, frozen_long_trace.json (every node: the refine and self arms' equal-compute budgets)."""
+    budgets = frozen_budgets(cfg)
+    longest = max(budgets.values())
+    traces = run_arm(cfg.replace(harness_model=model), run_dir, "frozen", say, budget=longest)
+    sandbox, shown = sandbox_provenance(), shown_path(model, run_dir)
+    paths = []
+    for arm, budget in budgets.items():
+        cut = [prefix_trace(t, budget) for t in traces]
+        paths.append(write_traces(Path(run_dir) / arm_file(arm), arm, shown, cut, sandbox))
+    return paths
+
+
+def prefix_trace(trace: dict[str, Any], budget: int) -> dict[str, Any]:
+    """A trace JSON as if searched with `budget` refinements (harness.search.Trace.prefix): its first nodes."""
+    if budget == trace["knobs"]["max_iterations"]:
+        return trace
+    cut = Trace.from_trace(trace).prefix(budget).to_trace()
+    return {**cut, "operator": trace["operator"], "cut_from_budget": trace["knobs"]["max_iterations"]}
 
 
 def write_traces(path: Path, role: str, model: str, traces: list[dict[str, Any]],
@@ -167,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     except StepError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(f"{args[1]}: {steps_summary(load_traces(path))} -> {path.name}")
     return 0
 

@@ -70,7 +70,13 @@ def eval_tasks(examples_per_obs: int, count: int = EVAL_COUNT) -> list[Task]:
 
 def sft_row(task: Task, target: str) -> dict[str, Any]:
     """One SFT row in chat form: the zero-shot prompt, then the reference harness as the answer."""
-    answer = "```python\n" + sft_target_source(target).rstrip() + "\n```"
+    return program_row(task, sft_target_source(target))
+
+
+def program_row(task: Task, code: str) -> dict[str, Any]:
+    """One SFT row: the zero-shot prompt, then `code` in a python fence as the answer (the oracle's for the
+    warm-start, a harvested program for the self arm's rejection-sampling rounds)."""
+    answer = "```python\n" + code.rstrip() + "\n```"
     return {"messages": build_zero_shot_prompt(task) + [{"role": "assistant", "content": answer}],
             "task_id": task.task_id}
 

@@ -7,8 +7,12 @@
 W8_TRACE_TASKS held-out tasks, each from a different held-out page, times W8_TRACE_SEEDS
 search seeds: the same pairs every later arm searches (harness.traces). The searches
 advance together in rounds (one operator batch per round, answers scored in parallel).
-Writes <run>/frozen_trace.json ({"role": "frozen", "model", "traces": [...]}) and prints a
-live `steps_to_gold frozen ...` line per node. Each search's state is saved after every
+The frozen operator is searched once per (task, seed) with the largest budget any arm's
+compute is matched to (harness.budget: the run's budget + the training generations per task),
+and the traces are cut into <run>/frozen_trace.json (the run's budget), frozen_matched_trace.json
+(the trained arm's compute) and, when larger, frozen_long_trace.json ({"role", "model", "traces"});
+the search never looks at its budget, so each cut is the search that budget would have run.
+Prints a live `steps_to_gold frozen ...` line per node. Each search's state is saved after every
 node, so a killed step resumes mid-round. Ends with one line: gold reached in k/n searches
 and the mean steps_to_gold.
 """
@@ -22,14 +26,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.pipeline import StepResult, run_step  # noqa: E402
 from harness.sandbox import sandbox_provenance  # noqa: E402
-from harness.traces import load_traces, steps_summary, trace_arm_to_file  # noqa: E402
+from harness.traces import load_traces, steps_summary, trace_frozen_to_files  # noqa: E402
 
 STEP = "01_frozen_trace"
 
 
 def body(cfg, run_dir: Path, args) -> StepResult:
-    path = trace_arm_to_file(cfg, run_dir, "frozen", cfg.harness_model)
-    return StepResult([path.name], steps_summary(load_traces(path)), extra={"sandbox": sandbox_provenance()})
+    paths = trace_frozen_to_files(cfg, run_dir, cfg.harness_model)
+    summary = "; ".join(f"{path.name.removesuffix('_trace.json')}: {steps_summary(load_traces(path))}" for path in paths)
+    return StepResult([path.name for path in paths], summary, extra={"sandbox": sandbox_provenance()})
 
 
 if __name__ == "__main__":
