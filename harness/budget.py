@@ -22,11 +22,15 @@ frozen once with the largest matched budget and cuts the prefixes.
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 from harness.config import ConfigError
 from harness.hparams import for_config
+from harness.prompts import MAX_FAILURES, build_refine_prompt, state_excerpt
+from harness.rewards import Failure
 
 # arm -> what trains it (for the ledger and the plan)
 TRAINED_BY = {"sft": "oracle SFT", "trained": "oracle SFT + GRPO", "grpo_only": "GRPO",
@@ -37,7 +41,7 @@ TRAINED_BY = {"sft": "oracle SFT", "trained": "oracle SFT + GRPO", "grpo_only": 
 def planned_arms(cfg: Any) -> list[str]:
     """The arms a run with these knobs compares: frozen and frozen_matched (the frozen operator at the trained
     arm's compute, cut from the same searches), sft, trained, and the opt-in grpo_only, refine and self."""
-    arms = ["frozen", "frozen_matched"]
+    arms = ["frozen", "frozen_matched"] if cfg.frozen_matched_arm else ["frozen"]
     if cfg.harness_sft_steps > 0:
         arms.append("sft")
     arms.append("trained")
@@ -93,12 +97,17 @@ def matched_budgets(cfg: Any, arms: list[str]) -> dict[str, int]:
 
 
 def frozen_search_budget(cfg: Any, arms: list[str]) -> int:
-    """The budget step 01 searches frozen with: the largest matched budget (or the run's budget)."""
+    """The budget step 01 searches frozen with: the largest matched budget with frozen_matched planned, else the
+    run's budget."""
+    if "frozen_matched" not in arms:
+        return cfg.trace_max_iterations
     return max([cfg.trace_max_iterations, *matched_budgets(cfg, arms).values()])
 
 
 def check_budgets(cfg: Any, arms: list[str]) -> None:
     """Refuse, in one line, a frozen_matched budget over W8_MATCHED_MAX_ITERATIONS."""
+    if "frozen_matched" not in arms:
+        return
     budgets = matched_budgets(cfg, arms)
     over = {arm: b for arm, b in budgets.items() if b > cfg.matched_max_iterations}
     if over:
@@ -137,9 +146,6 @@ EMBEDDED_CONTEXT = {"smollm2-135m": 8192}
 
 def model_context(model: str) -> int | None:
     """The model's context in tokens: the embedded table, a local folder's config.json, else None."""
-    import json
-    from pathlib import Path
-
     if model in EMBEDDED_CONTEXT:
         return EMBEDDED_CONTEXT[model]
     config = Path(model) / "config.json"
@@ -154,9 +160,6 @@ def model_context(model: str) -> int | None:
 def worst_refine_prompt_tokens(tasks: list[Any], max_new_tokens: int) -> int:
     """Estimated tokens of the longest refinement prompt of these tasks: a parent program as long as the token
     budget allows and the five failures with the longest state excerpts."""
-    from harness.prompts import MAX_FAILURES, build_refine_prompt, state_excerpt
-    from harness.rewards import Failure
-
     parent = "#" * int(max_new_tokens * CHARS_PER_TOKEN)
     longest = 0
     for task in tasks:

@@ -42,17 +42,21 @@ from typing import Any, Sequence
 from harness.dataset import is_balanced, min_class_count
 from harness.files import atomic_path
 from harness.search import load_trace, steps_to_first_gold, write_json
+from harness.search_stats import budget_curve, first_gold_both, refinement_stats, search_ledger
 from harness.stats import BOOTSTRAP_SEED, RESAMPLES, paired_measure, percentile
 
-COMPARE_VERSION = 3
+COMPARE_VERSION = 4
 TASK_FIELDS = ("task_id", "split", "seed", "obs_id", "examples_per_obs", "examples_hash")
-KNOB_FIELDS = ("gold_threshold", "max_iterations", "reward_recall_weight", "search_c", "sandbox_timeout_s")
+KNOB_FIELDS = ("gold_threshold", "reward_recall_weight", "search_c", "sandbox_timeout_s")
+# frozen's cuts at other budgets (harness.traces.frozen_budgets): the one knob they may differ in is the budget
+VARIABLE_BUDGET_ARMS = ("frozen_matched",)
 # How the operator decodes: every arm must match (the model is the one thing that differs).
 DECODING_FIELDS = ("name", "max_new_tokens", "temperature", "dtype", "generation_config", "do_sample", "top_p",
                    "top_k")
 # (A, B): is A better than B? trained vs sft is what GRPO added on top of SFT.
-COMPARISONS = (("trained", "frozen"), ("trained", "sft"), ("sft", "frozen"), ("grpo_only", "frozen"),
-               ("trained", "grpo_only"))
+COMPARISONS = (("trained", "frozen"), ("trained", "frozen_matched"), ("trained", "sft"), ("sft", "frozen"),
+               ("grpo_only", "frozen"), ("trained", "grpo_only"), ("refine", "trained"), ("refine", "frozen"),
+               ("refine", "frozen_matched"), ("self", "frozen"), ("self", "frozen_matched"), ("self", "trained"))
 # measure -> (lower is better, what it is)
 MEASURES = {"steps": (True, "mean steps to gold (not reached = budget + 1)"),
             "solved": (False, "share of searches gold within the budget"),
@@ -86,11 +90,16 @@ def _same(field: str, a: Any, b: Any, a_side: str, b_side: str) -> None:
                            f"{a_side}, {b!r} in {b_side}")
 
 
+def variable_budget(arm: str) -> bool:
+    """frozen_matched and the frozen@<budget> cuts: frozen's own search at another budget."""
+    return arm in VARIABLE_BUDGET_ARMS or arm.startswith("frozen@")
+
+
 def check_arms(arms: dict[str, list[dict[str, Any]]]) -> None:
     """Raise CompareError unless every arm searched the same pairs with the same knobs and decoding."""
     if not arms or any(not traces for traces in arms.values()):
         raise CompareError("every arm needs at least one trace")
-    first_arm = next(iter(arms))
+    first_arm = next((arm for arm in arms if not variable_budget(arm)), next(iter(arms)))
     ref = arms[first_arm][0]
     for arm, traces in arms.items():
         keys = [pair_key(t) for t in traces]
@@ -102,6 +111,9 @@ def check_arms(arms: dict[str, list[dict[str, Any]]]) -> None:
                 raise CompareError(f"{side} is unfinished ({len(trace.get('nodes', []))} nodes): resume the search first")
             for key in KNOB_FIELDS:
                 _same(f"knobs.{key}", ref["knobs"].get(key), trace["knobs"].get(key), f"the {first_arm} arm", side)
+            if not variable_budget(arm):
+                _same("knobs.max_iterations", ref["knobs"].get("max_iterations"), trace["knobs"].get("max_iterations"),
+                      f"the {first_arm} arm", side)
             for key in DECODING_FIELDS:
                 _same(f"operator.{key}", ref["operator"].get(key), trace["operator"].get(key), f"the {first_arm} arm",
                       side)
@@ -193,7 +205,8 @@ def arm_summary(traces: list[dict[str, Any]], sft_target: str | None) -> dict[st
             "gold_similarity_to_sft_target_mean": _mean([similarity(g["code"], sft_target) for g in golds]),
             "node0_similarity_to_sft_target_mean": _mean([similarity(t["nodes"][0]["code"], sft_target)
                                                           for t in traces]),
-            "model": traces[0]["operator"].get("model")}
+            "model": traces[0]["operator"].get("model"), "budget": traces[0]["knobs"]["max_iterations"],
+            "refinements": refinement_stats(traces), "search_ledger": search_ledger(traces)}
 
 
 def programs_differ(a_traces: list[dict[str, Any]], b_traces: list[dict[str, Any]]) -> dict[str, int]:
@@ -205,10 +218,14 @@ def programs_differ(a_traces: list[dict[str, Any]], b_traces: list[dict[str, Any
 
 
 def verdict(a: str, b: str, measures: dict[str, dict[str, Any]]) -> str:
-    """One sentence per comparison, from the steps and node-0 tests over tasks (alpha 0.05, Wilcoxon)."""
+    """One sentence per comparison, from the tests over tasks (alpha 0.05, Wilcoxon): steps to gold (when both
+    arms had the same budget), solved within the budget, and node-0 gold rate."""
     parts = []
-    for name, label, unit in (("steps", "steps to gold", "steps"), ("node0_gold", "node-0 gold rate", "")):
-        m = measures[name]
+    for name, label, unit in (("steps", "steps to gold", "steps"), ("solved", "tasks solved within the budget", ""),
+                              ("node0_gold", "node-0 gold rate", "")):
+        m = measures.get(name)
+        if m is None:
+            continue
         n = m["n_tasks"]
         if m["wilcoxon_p"] < 0.05 and m["better_tasks"] > m["worse_tasks"]:
             parts.append(f"{a} is better than {b} in {label} ({m['mean_a']:.3g} vs {m['mean_b']:.3g}, "
@@ -224,17 +241,30 @@ def verdict(a: str, b: str, measures: dict[str, dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
+def budget_of(traces: list[dict[str, Any]]) -> int:
+    return traces[0]["knobs"]["max_iterations"]
+
+
 def compare_two(a: str, b: str, arms: dict[str, list[dict[str, Any]]], resamples: int) -> dict[str, Any]:
-    """A vs B over tasks: each measure paired task by task (harness.stats.paired_measure), matched by key."""
+    """A vs B over tasks: each measure paired task by task (harness.stats.paired_measure), matched by key.
+
+    Arms with different budgets (frozen_matched: frozen at the trained arm's compute) are compared in
+    budget-free terms only: solved within each arm's own budget, node 0, and the first-gold node on the
+    tasks both solved; mean steps, whose size depends on the cap, only when the budgets are equal."""
     a_tasks, b_tasks = task_values(arms[a]), task_values(arms[b])
     keys = list(a_tasks)
+    same_budget = budget_of(arms[a]) == budget_of(arms[b])
     measures = {m: paired_measure([a_tasks[k][m] for k in keys], [b_tasks[k][m] for k in keys], lower, resamples)
-                for m, (lower, _) in MEASURES.items()}
-    steps = measures["steps"]
+                for m, (lower, _) in MEASURES.items() if same_budget or m != "steps"}
+    xs, ys = first_gold_both(arms[a], arms[b])
+    both = paired_measure(xs, ys, True, resamples) if xs else None
+    steps = measures.get("steps")
     b_by_pair = {pair_key(t): t for t in arms[b]}
     out = {"a": a, "b": b, "n_tasks": len(keys), "n_searches": len(arms[a]),
+           "budget_a": budget_of(arms[a]), "budget_b": budget_of(arms[b]),
            "seeds_per_task": round(len(arms[a]) / len(keys), 2), "measures": measures,
-           "shrunk": steps["mean_a"] < steps["mean_b"], "verdict": verdict(a, b, measures),
+           "first_gold_where_both_solved": both,
+           "shrunk": bool(steps and steps["mean_a"] < steps["mean_b"]), "verdict": verdict(a, b, measures),
            "programs_differ_at_node0": programs_differ(arms[a], arms[b]),
            "tasks": [{"task_id": k[0], **{f"{a}_{m}": round(a_tasks[k][m], 4) for m in MEASURES},
                       **{f"{b}_{m}": round(b_tasks[k][m], 4) for m in MEASURES}} for k in keys],
@@ -259,17 +289,19 @@ def headroom_warnings(result: dict[str, Any], grpo_zero_variance: dict[str, floa
 
 
 def compare_arms(arms: dict[str, list[dict[str, Any]]], sft_target: str | None = None,
-                 resamples: int = RESAMPLES, grpo_zero_variance: dict[str, float | None] | None = None
-                 ) -> dict[str, Any]:
-    """Every arm summarised and every pair of COMPARISONS present compared over tasks; CompareError when not
-    comparable. grpo_zero_variance: the zero-variance share of each GRPO training's groups (a headroom check)."""
+                 resamples: int = RESAMPLES, grpo_zero_variance: dict[str, float | None] | None = None,
+                 extra_pairs: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+    """Every arm summarised and every pair of COMPARISONS present (and `extra_pairs`) compared over tasks;
+    CompareError when not comparable. grpo_zero_variance: the zero-variance share of each GRPO training's groups
+    (a headroom check)."""
     if len(arms) < 2:
         raise CompareError(f"a compare needs two arms or more (got {', '.join(arms) or 'none'})")
     check_arms(arms)
-    ref = next(iter(arms.values()))[0]
-    comparisons = [compare_two(a, b, arms, resamples) for a, b in COMPARISONS if a in arms and b in arms]
+    pairs = [*COMPARISONS, *(p for p in extra_pairs if p not in COMPARISONS)]
+    comparisons = [compare_two(a, b, arms, resamples) for a, b in pairs if a in arms and b in arms]
     headline = next((c for c in comparisons if (c["a"], c["b"]) == ("trained", "frozen")), None)
     n_tasks = len(by_task(next(iter(arms.values()))))
+    ref = next(arms[arm] for arm in arms if not variable_budget(arm))[0]
     result = {"version": COMPARE_VERSION,
               "rule": "steps = index of the first gold node (gold recomputed: valid and balanced accuracy >= "
                       "threshold); not reached = max_iterations + 1; shrunk only if the mean is strictly fewer; "
@@ -280,7 +312,8 @@ def compare_arms(arms: dict[str, list[dict[str, Any]]], sft_target: str | None =
               "n_searches": len(next(iter(arms.values()))), "pairs_are": "(task_id, examples_hash, search_seed)",
               "decoding": {k: ref["operator"].get(k) for k in DECODING_FIELDS},
               "arms": {arm: arm_summary(traces, sft_target) for arm, traces in arms.items()},
-              "comparisons": comparisons, "shrunk": bool(headline and headline["shrunk"])}
+              "comparisons": comparisons, "shrunk": bool(headline and headline["shrunk"]),
+              "budget_curves": {arm: budget_curve(traces) for arm, traces in arms.items()}}
     result["warnings"] = headroom_warnings(result, grpo_zero_variance)
     result["grpo_effect_readable"] = not result["warnings"]
     return result
@@ -352,7 +385,7 @@ def plot_arms(arms: dict[str, list[dict[str, Any]]], path: str | Path, resamples
         ax2.fill_between(range(len(mean)), lo, hi, alpha=0.2, color=line.get_color())
         xs, ys = solved_by_tokens(traces)
         ax3.step(xs, ys, where="post", label=arm, **style)
-    ref = next(iter(arms.values()))[0]["knobs"]
+    ref = next(arms[arm] for arm in arms if not variable_budget(arm))[0]["knobs"]
     ax2.axhline(ref["gold_threshold"], color="gray", linestyle=":", label="gold threshold")
     for ax, xlabel, ylabel in ((ax1, "node index k (search step)", "share of searches gold by node k"),
                                (ax2, "node index k", "mean best-so-far balanced accuracy (95% band)"),

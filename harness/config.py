@@ -200,6 +200,9 @@ KNOBS: tuple[Knob, ...] = (
           "keep the best programs, fine-tune from the base model on them)", _int_range(1, 3)),
     _knob("self_sft_steps", int, 8, "SFT steps of each self-arm round (batch of one kept program each)",
           _int_range(1, 1000)),
+    _knob("frozen_matched_arm", _flag, False, "also compare the frozen_matched arm: the frozen operator given the "
+          "trained arms' training generations as extra search nodes (cut from one longer frozen search per task)",
+          ((lambda v: isinstance(v, bool)), "0 or 1")),
     _knob("matched_max_iterations", int, 64, "hard cap on the frozen_matched arm's budget (the frozen budget plus the "
           "trained arms' training generations per held-out task); a larger one is refused before any model loads",
           _int_range(0, 1000)),
@@ -385,6 +388,8 @@ def check_together(values: Mapping[str, Any]) -> None:
     if values["gcp_iap"] and not values["gcp_vpc"]:
         raise ConfigError("W8_GCP_IAP=1 needs W8_GCP_VPC=<network>: the VPC whose firewall admits tcp:22 from IAP's "
                           "35.235.240.0/20 only (docs/gpu-launch.md)")
+    if values["refine_arm"] and values["harness_sft_steps"] == 0:
+        raise ConfigError("W8_REFINE_ARM=1 with W8_HARNESS_SFT_STEPS=0: the refine arm starts from the SFT warm-start")
     if values["num_nodes"] > 1 and values["backend"] != "skyrl":
         raise ConfigError(f"W8_NUM_NODES={values['num_nodes']}: several nodes need W8_BACKEND=skyrl")
 

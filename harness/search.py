@@ -122,38 +122,45 @@ class Trace:
         return bool(self.nodes) and (self.nodes[-1].gold or len(self.nodes) > self.knobs["max_iterations"])
 
     def to_trace(self) -> dict[str, Any]:
-        nodes = [asdict(n) for n in self.nodes]
-        prompt = sum(n.prompt_tokens for n in self.nodes)
-        completion = sum(n.completion_tokens for n in self.nodes)
-        best = max(self.nodes, key=lambda n: (n.reward, -n.index), default=None)
-        steps = self.steps_to_first_gold()
-        return {
-            "version": TRACE_VERSION, "task": self.task, "knobs": self.knobs, "operator": self.operator,
-            "steps_to_first_gold": steps, "n_nodes": len(self.nodes), "finished": self.finished,
-            "stop_reason": "gold" if steps is not None else ("budget" if self.finished else "running"),
-            "best_node": best.index if best else None, "best_reward": best.reward if best else None,
-            "best_balanced_accuracy": max((n.balanced_accuracy for n in self.nodes), default=None),
-            "tokens": {"prompt": prompt, "completion": completion, "total": prompt + completion},
-            "wall_s": self.wall_s, "nodes": nodes,
-        }
-
-    def prefix(self, budget: int) -> "Trace":
-        """The search as if its budget had been `budget` refinements: its first budget + 1 nodes.
-
-        Exact, because the search never looks at its budget: Thompson sampling, the per-node
-        seeds and the prompts depend only on the nodes so far, and the budget only says when to
-        stop. One long search therefore serves every smaller budget (the frozen and frozen_matched
-        arms share one search per task). Wall time is the kept nodes' own."""
-        if budget > self.knobs["max_iterations"]:
-            raise ValueError(f"a prefix of budget {budget} from a search of budget {self.knobs['max_iterations']}")
-        nodes = self.nodes[: budget + 1]
-        return Trace(self.task, {**self.knobs, "max_iterations": budget}, self.operator, list(nodes),
-                     round(sum(n.wall_s for n in nodes), 3))
+        return trace_json(self.task, self.knobs, self.operator, [asdict(n) for n in self.nodes], self.wall_s)
 
     @classmethod
     def from_trace(cls, data: dict[str, Any]) -> "Trace":
         nodes = [Node(**n) for n in data.get("nodes", [])]
         return cls(data["task"], data["knobs"], data["operator"], nodes, data.get("wall_s", 0.0))
+
+
+def trace_json(task: dict[str, Any], knobs: dict[str, Any], operator: dict[str, Any], nodes: list[dict[str, Any]],
+               wall_s: float) -> dict[str, Any]:
+    """A trace's JSON from its parts: the nodes and what is derived from them (first gold, best node, tokens)."""
+    steps = next((n["index"] for n in nodes if n["gold"]), None)
+    finished = bool(nodes) and (nodes[-1]["gold"] or len(nodes) > knobs["max_iterations"])
+    best = max(nodes, key=lambda n: (n["reward"], -n["index"]), default=None)
+    prompt = sum(n.get("prompt_tokens", 0) for n in nodes)
+    completion = sum(n.get("completion_tokens", 0) for n in nodes)
+    return {
+        "version": TRACE_VERSION, "task": task, "knobs": knobs, "operator": operator,
+        "steps_to_first_gold": steps, "n_nodes": len(nodes), "finished": finished,
+        "stop_reason": "gold" if steps is not None else ("budget" if finished else "running"),
+        "best_node": best["index"] if best else None, "best_reward": best["reward"] if best else None,
+        "best_balanced_accuracy": max((n["balanced_accuracy"] for n in nodes), default=None),
+        "tokens": {"prompt": prompt, "completion": completion, "total": prompt + completion},
+        "wall_s": wall_s, "nodes": nodes,
+    }
+
+
+def trace_prefix(trace: dict[str, Any], budget: int) -> dict[str, Any]:
+    """The search as if its budget had been `budget` refinements: its first budget + 1 nodes.
+
+    Exact, because the search never looks at its budget: Thompson sampling, the per-node seeds
+    and the prompts depend only on the nodes so far, and the budget only says when to stop. One
+    long search therefore serves every smaller budget (the frozen and frozen_matched arms share
+    one search per task; tests/test_search_budget.py checks it). Wall time is the kept nodes' own."""
+    if budget > trace["knobs"]["max_iterations"]:
+        raise ValueError(f"a prefix of budget {budget} from a search of budget {trace['knobs']['max_iterations']}")
+    nodes = trace["nodes"][: budget + 1]
+    return trace_json(trace["task"], {**trace["knobs"], "max_iterations": budget}, trace["operator"], nodes,
+                      round(sum(n.get("wall_s", 0.0) for n in nodes), 3))
 
 
 def steps_to_first_gold(trace: Trace | dict[str, Any], threshold: float | None = None) -> int | None:

@@ -25,7 +25,7 @@ from harness.files import StorageError, atomic_write_json, read_json, shown_path
 from harness.operators import OperatorError, operator_from_config
 from harness.pipeline import StepError, config_of_run
 from harness.sandbox import sandbox_provenance
-from harness.search import SearchKnobs, SearchSpec, SearchStateError, Trace, run_searches
+from harness.search import SearchKnobs, SearchSpec, SearchStateError, run_searches, trace_prefix
 
 ARMS = ("frozen", "frozen_matched", "sft", "trained", "grpo_only", "refine", "self")
 SEARCHED_ARMS = ("frozen", "sft", "trained", "grpo_only", "refine", "self")  # frozen_matched is cut from frozen's search
@@ -70,6 +70,8 @@ def frozen_budgets(cfg: Config) -> dict[str, int]:
     """The budgets cut from frozen's one search per (task, seed): frozen (the run's budget), frozen_matched (the
     trained arm's compute, harness.budget) and, when another arm's equal-compute budget is larger, frozen_long."""
     arms = planned_arms(cfg)
+    if "frozen_matched" not in arms:
+        return {"frozen": cfg.trace_max_iterations}
     matched = matched_budgets(cfg, arms)
     budgets = {"frozen": cfg.trace_max_iterations, "frozen_matched": matched["trained"]}
     longest = frozen_search_budget(cfg, arms)
@@ -157,11 +159,10 @@ def trace_frozen_to_files(cfg: Config, run_dir: Path, model: str, say: Callable[
 
 
 def prefix_trace(trace: dict[str, Any], budget: int) -> dict[str, Any]:
-    """A trace JSON as if searched with `budget` refinements (harness.search.Trace.prefix): its first nodes."""
+    """A trace JSON as if searched with `budget` refinements (harness.search.trace_prefix): its first nodes."""
     if budget == trace["knobs"]["max_iterations"]:
         return trace
-    cut = Trace.from_trace(trace).prefix(budget).to_trace()
-    return {**cut, "operator": trace["operator"], "cut_from_budget": trace["knobs"]["max_iterations"]}
+    return {**trace_prefix(trace, budget), "cut_from_budget": trace["knobs"]["max_iterations"]}
 
 
 def write_traces(path: Path, role: str, model: str, traces: list[dict[str, Any]],

@@ -8,6 +8,9 @@ The arms, each the newest `global_step_N/policy` (by N) of its training folder:
   sft        <run>/sft        the oracle SFT warm-start alone (when W8_HARNESS_SFT_STEPS > 0)
   trained    <run>/grpo       SFT + GRPO (GRPO alone when there was no SFT)
   grpo_only  <run>/grpo_only  GRPO from the frozen model (when W8_GRPO_ONLY_ARM=1)
+  refine     <run>/refine     SFT + GRPO on zero-shot and refinement prompts (when W8_REFINE_ARM=1)
+  self       <run>/self       no answer key: rejection sampling + GRPO on mixed prompts (when W8_SELF_ARM=1 and
+                              a harvest kept a program; else self_data.json says "no training data")
 Only the model differs from step 01: same tasks, seeds, knobs and decoding. Each arm runs in
 its own process (`python -m harness.traces`, the run's own knobs), so a GPU holds one arm's
 vLLM engine at a time; an arm whose trace file exists is skipped, and its searches resume
@@ -30,7 +33,8 @@ from harness.pipeline import StepError, StepResult, record_sandbox, run_step  # 
 from harness.traces import arm_file, load_traces, steps_summary  # noqa: E402
 
 STEP = "04_trained_trace"
-TRAINED_ARMS = (("sft", "sft"), ("trained", "grpo"), ("grpo_only", "grpo_only"))  # (arm, its training folder)
+TRAINED_ARMS = (("sft", "sft"), ("trained", "grpo"), ("grpo_only", "grpo_only"), ("refine", "refine"),
+                ("self", "self"))  # (arm, its training folder)
 
 
 def arm_models(run_dir: Path) -> dict[str, Path]:

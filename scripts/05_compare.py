@@ -23,21 +23,39 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness.budget import matched_budgets, planned_arms, planned_training_generations  # noqa: E402
 from harness.compare import MEASURES, CompareError, compare_arms, pair_key, plot_arms, steps_or_budget  # noqa: E402
 from harness.files import atomic_write_json, atomic_write_text  # noqa: E402
 from harness.oracle import sft_target_source  # noqa: E402
 from harness.pipeline import STEPS, StepError, StepResult, load_run_config, read_marker, run_step  # noqa: E402
+from harness.search_stats import curve_table, plot_budget_curves  # noqa: E402
 from harness.stats import tasks_for_effect  # noqa: E402
-from harness.traces import ARMS, arm_file, load_traces  # noqa: E402
+from harness.traces import ARMS, FROZEN_LONG, arm_file, load_traces, prefix_trace  # noqa: E402
 from harness.training_data import sft_target_for, sft_target_of_config  # noqa: E402
 
 STEP = "05_compare"
-METRICS = ("sft_metrics.json", "grpo_metrics.json", "grpo_only_metrics.json")
-GRPO_METRICS = {"trained": "grpo_metrics.json", "grpo_only": "grpo_only_metrics.json"}
+TRAINED = ("sft", "trained", "grpo_only", "refine", "self")
+METRICS = ("sft_metrics.json", "grpo_metrics.json", "grpo_only_metrics.json", "refine_metrics.json", "self_metrics.json")
+GRPO_METRICS = {"trained": "grpo_metrics.json", "grpo_only": "grpo_only_metrics.json", "refine": "refine_metrics.json",
+                "self": "self_metrics.json"}
 METRIC_KEYS = ("loss", "reward_mean", "reward_std", "valid_rate", "zero_variance_groups", "step_time_s")
 NAMES = {("trained", "frozen"): "trained vs frozen", ("sft", "frozen"): "sft vs frozen (the warm-start alone)",
+         ("trained", "frozen_matched"): "trained vs frozen at equal compute (frozen_matched)",
          ("trained", "sft"): "trained vs sft (what GRPO added)", ("grpo_only", "frozen"): "grpo_only vs frozen "
-         "(GRPO without the warm-start)", ("trained", "grpo_only"): "trained vs grpo_only (what SFT added)"}
+         "(GRPO without the warm-start)", ("trained", "grpo_only"): "trained vs grpo_only (what SFT added)",
+         ("refine", "trained"): "refine vs trained (training the search's prompt vs training node 0)",
+         ("refine", "frozen"): "refine vs frozen", ("refine", "frozen_matched"): "refine vs frozen_matched",
+         ("self", "frozen"): "self vs frozen", ("self", "frozen_matched"): "self vs frozen_matched (no answer key vs "
+         "the frozen operator at the trained arm's compute)", ("self", "trained"): "self vs trained"}
+HEADLINE = (("trained", "frozen"), ("trained", "frozen_matched"), ("trained", "sft"), ("refine", "trained"),
+            ("self", "frozen_matched"))
+
+
+def pair_name(a: str, b: str) -> str:
+    """A comparison's name; frozen@<k> is frozen cut at an arm's own equal-compute budget."""
+    if b.startswith("frozen@"):
+        return f"{a} vs frozen at {a}'s own training compute ({b}: budget {b.split('@')[1]})"
+    return NAMES.get((a, b), f"{a} vs {b}")
 
 
 def _num(value, fmt: str = ".2f", none: str = "-") -> str:
@@ -48,16 +66,17 @@ def arm_table(result: dict) -> list[str]:
     budget = result["max_iterations"]
     lines = [f"Each figure is a mean over tasks (n = {result['n_tasks']} held-out tasks, each the mean of its "
              f"{result['n_searches'] // max(1, result['n_tasks'])} search seed(s)).", "",
-             "| arm | n tasks | mean steps to gold | solved within budget | node-0 gold rate (tasks all gold) | "
+             "| arm | budget | n tasks | mean steps to gold | solved within budget | node-0 gold rate (tasks all gold) | "
              "node-0 reward | node-0 valid | node-0 similarity to SFT target | gold harnesses: held-out accuracy |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for arm, a in result["arms"].items():
-        lines.append(f"| {arm} | {a['n_tasks']} | {a['mean_steps']:.2f} | {a['solved_share']:.0%} | "
+        lines.append(f"| {arm} | {a['budget']} | {a['n_tasks']} | {a['mean_steps']:.2f} | {a['solved_share']:.0%} | "
                      f"{a['node0_gold_rate']:.0%} ({a['node0_gold_tasks']}) | {a['node0_reward_mean']:.3f} | "
                      f"{_num(a['node0_valid_share'], '.0%')} | {_num(a['node0_similarity_to_sft_target_mean'], '.3f')}"
                      f" | {_num(a['gold_heldout_accuracy_mean'], '.3f')} |")
-    return lines + ["", f"Not reached counts {budget + 1} (the budget of {budget} refinements + 1); fewer is better. "
-                        "Mean steps depend on that cap; the solved and node-0 columns do not."]
+    return lines + ["", f"Not reached counts the arm's budget + 1 ({budget + 1} for the budget of {budget} "
+                        "refinements); fewer is better. Mean steps depend on that cap; the solved and node-0 columns "
+                        "do not."]
 
 
 def measure_line(name: str, m: dict) -> str:
@@ -72,20 +91,121 @@ def comparison_lines(result: dict) -> list[str]:
     lines = []
     for c in result["comparisons"]:
         differ = c["programs_differ_at_node0"]
-        lines += [f"- **{NAMES[(c['a'], c['b'])]}**, n = {c['n_tasks']} tasks ({c['n_searches']} searches): "
-                  f"{c['verdict']}. Shrunk (mean steps strictly fewer): {'yes' if c['shrunk'] else 'no'}. "
+        both = c.get("first_gold_where_both_solved")
+        both_line = (f"  - first gold node on the {both['n_tasks']} task(s) both solved: {both['mean_a']:.3g} vs "
+                     f"{both['mean_b']:.3g} (Wilcoxon p = {both['wilcoxon_p']:.3g})" if both else
+                     "  - first gold node where both solved: no task solved by both")
+        budgets = "" if c["budget_a"] == c["budget_b"] else \
+            f" Budgets differ ({c['budget_a']} vs {c['budget_b']} refinements): budget-free measures only."
+        lines += [f"- **{pair_name(c['a'], c['b'])}**, n = {c['n_tasks']} tasks ({c['n_searches']} searches): "
+                  f"{c['verdict']}.{budgets} Shrunk (mean steps strictly fewer): {'yes' if c['shrunk'] else 'no'}. "
                   f"Node-0 programs differ on {differ['tasks']}/{differ['of_tasks']} tasks "
                   f"({differ['searches']}/{differ['of_searches']} searches).",
-                  *(measure_line(name, c["measures"][name]) for name in MEASURES)]
+                  *(measure_line(name, c["measures"][name]) for name in MEASURES if name in c["measures"]), both_line]
     return lines
 
 
 def headline_lines(result: dict) -> list[str]:
     by = {(c["a"], c["b"]): c for c in result["comparisons"]}
-    lines = [f"- **{NAMES[pair]}** (n = {by[pair]['n_tasks']} tasks): {by[pair]['verdict']}"
-             for pair in (("trained", "frozen"), ("trained", "sft")) if pair in by]
+    lines = [f"- **{pair_name(*pair)}** (n = {by[pair]['n_tasks']} tasks): {by[pair]['verdict']}"
+             for pair in HEADLINE if pair in by]
+    lines += [f"- **{pair_name(a, b)}** (n = {c['n_tasks']} tasks): {c['verdict']}"
+              for (a, b), c in by.items() if b.startswith("frozen@")]
     lines += [f"- **no GRPO effect is reported**: {w}" for w in result["warnings"]]
     return lines or ["- no trained arm in this run"]
+
+
+# ---- the search's own numbers: curves, refinements, compute -------------------------------------
+
+def curve_lines(result: dict) -> list[str]:
+    curves = result["budget_curves"]
+    return [f"Share of the {result['n_tasks']} held-out tasks solved by node k (95% band: tasks resampled "
+            f"{next(iter(curves.values()))['resamples']} times); `budget_curves.png` draws it.", "",
+            *curve_table(curves)]
+
+
+def refinement_lines(result: dict) -> list[str]:
+    lines = ["| arm | refinements asked | valid | better than the parent | mean reward change | identical to the "
+             "parent | searches that refined |", "|---|---|---|---|---|---|---|"]
+    for arm, a in result["arms"].items():
+        r = a["refinements"]
+        lines.append(f"| {arm} | {r['refinements']} | {_num(r['valid_share'], '.0%')} | {_num(r['better_share'], '.0%')} "
+                     f"| {_num(r['mean_reward_change'], '+.3f')} | {_num(r['identical_share'], '.0%')} | "
+                     f"{r['searches_refined']}/{r['searches']} |")
+    return lines + ["", "A refinement is a node with a parent; better = the child's reward strictly above its "
+                        "parent's; identical = the parent's program unchanged (comments and spacing aside)."]
+
+
+def grpo_generations_done(metrics: dict) -> int:
+    """The completions a local or SkyRL GRPO really sampled: each step's group(s), zero-variance redraws included."""
+    group = metrics.get("group_size") or 0
+    total = 0
+    for step in metrics.get("steps") or []:
+        if step.get("generations") is not None:
+            total += int(step["generations"])
+        else:
+            total += (1 + int(step.get("redraws") or 0)) * int(step.get("prompts") or 1) * group
+    return total
+
+
+def training_ledger(run_dir: Path, arm: str) -> dict:
+    """What an arm's training spent: GRPO samples, harvest search nodes, and the wall time of each part."""
+    read = lambda name: json.loads((run_dir / name).read_text()) if (run_dir / name).is_file() else {}  # noqa: E731
+    sft = read("sft_metrics.json")
+    sft_wall = sft.get("train_wall_s", 0.0) if arm in ("sft", "trained", "refine") else 0.0
+    metrics = read(GRPO_METRICS[arm]) if arm in GRPO_METRICS else {}
+    harvests = metrics.get("harvests") or []
+    if arm == "self" and not metrics:  # no training data: the harvests still ran
+        harvests = (read("self_data.json") or {}).get("harvests") or []
+    grpo = grpo_generations_done(metrics) if metrics else 0
+    nodes = sum(h.get("nodes", 0) for h in harvests)
+    return {"grpo_generations": grpo, "harvest_generations": nodes, "training_generations": grpo + nodes,
+            "harvest_wall_s": round(sum(h.get("wall_s", 0.0) for h in harvests), 1),
+            "sft_wall_s": round(sft_wall, 1), "train_wall_s": round(metrics.get("train_wall_s", 0.0), 1)}
+
+
+def ledger(run_dir: Path, result: dict, planned: dict) -> dict:
+    """Per arm: the searches' spend (harness.search_stats.search_ledger) and the training's, with the plan."""
+    out = {}
+    for arm, a in result["arms"].items():
+        base = arm.split("@")[0] if "@" in arm else arm
+        out[arm] = {**a["search_ledger"], **(training_ledger(run_dir, base) if base in TRAINED else
+                                             {"training_generations": 0}),
+                    "planned_training_generations": planned.get(base, 0)}
+    return out
+
+
+def ledger_lines(book: dict, n_tasks: int) -> list[str]:
+    lines = ["| arm | search nodes | tokens generated in search | sandbox evaluations | search wall s | training "
+             "generations (GRPO + harvest) | planned | training wall s (of which harvest) | total generations per "
+             "task |", "|---|---|---|---|---|---|---|---|---|"]
+    for arm, e in book.items():
+        total = (e["search_generations"] + e["training_generations"]) / max(1, n_tasks)
+        train = (f"{e['training_generations']} ({e.get('grpo_generations', 0)} + {e.get('harvest_generations', 0)})"
+                 if "grpo_generations" in e else str(e["training_generations"]))
+        wall = (f"{e.get('sft_wall_s', 0) + e.get('train_wall_s', 0):.0f} ({e.get('harvest_wall_s', 0):.0f})"
+                if "train_wall_s" in e else "-")
+        lines.append(f"| {arm} | {e['search_generations']} | {e['completion_tokens']} | {e['sandbox_evaluations']} | "
+                     f"{e['search_wall_s']:.0f} | {train} | {e['planned_training_generations']} | {wall} | "
+                     f"{total:.1f} |")
+    return lines + ["", "Equal compute: frozen_matched's budget is frozen's plus the trained arm's PLANNED training "
+                        "generations per task, rounded up (harness.budget); the plan bounds what training really "
+                        "spent (the training generations column), so the control never gets less compute."]
+
+
+def missing_lines(run_dir: Path, planned: list[str], present: list[str]) -> list[str]:
+    """The planned arms with no finished trace, each with why (a curve is never drawn from a partial arm)."""
+    lines = []
+    for arm in planned:
+        if arm in present:
+            continue
+        data = json.loads((run_dir / "self_data.json").read_text()) if arm == "self" and \
+            (run_dir / "self_data.json").is_file() else {}
+        why = (f"{data['status']}: the harvests kept no program above the base model's median reward "
+               f"{data.get('base_median_reward')}" if data.get("status") == "no training data" else
+               "no finished trace file (its searches are incomplete or its training has no export): resume the run")
+        lines.append(f"- `{arm}`: {why}")
+    return lines or ["- none: every planned arm has a finished trace"]
 
 
 def searches_table(arms: dict[str, list[dict]]) -> list[str]:
@@ -194,7 +314,8 @@ def grpo_steps_line(zero: dict[str, dict], knobs: dict, hp: dict) -> str:
     return f"{ran} over {knobs.get('train_count')} train prompts"
 
 
-def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], zero: dict[str, dict]) -> str:
+def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], zero: dict[str, dict],
+                     missing: list[str] | None = None) -> str:
     config = load_run_config(run_dir)
     knobs, hp = config["knobs"], config.get("hparams", {})
     dec = result["decoding"]
@@ -226,6 +347,22 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], z
         "## per arm",
         "",
         *arm_table(result),
+        "",
+        "## arms planned but not compared",
+        "",
+        *(missing or ["- none"]),
+        "",
+        "## solved by budget",
+        "",
+        *curve_lines(result),
+        "",
+        "## refinements: does the search do more than resample?",
+        "",
+        *refinement_lines(result),
+        "",
+        "## compute ledger",
+        "",
+        *ledger_lines(result["ledger"], result["n_tasks"]),
         "",
         "## paired comparisons over tasks",
         "",
@@ -263,31 +400,58 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], z
     return "\n".join(lines) + "\n"
 
 
+def equal_compute_cuts(cfg, run_dir: Path, arms: dict[str, list[dict]]) -> list[tuple[str, str]]:
+    """frozen cut at the refine and self arms' own equal-compute budgets (frozen@<k>, from frozen's one long
+    search); adds them to `arms` and returns the pairs to compare."""
+    matched = matched_budgets(cfg, planned_arms(cfg))
+    source = FROZEN_LONG if (run_dir / arm_file(FROZEN_LONG)).is_file() else "frozen_matched"
+    if source not in arms and not (run_dir / arm_file(source)).is_file():
+        return []
+    long = arms.get(source) or load_traces(run_dir / arm_file(source))
+    pairs = []
+    for arm in ("refine", "self", "grpo_only"):
+        budget = matched.get(arm)
+        if arm not in arms or budget is None or budget == matched.get("trained"):
+            continue
+        if budget > long[0]["knobs"]["max_iterations"]:
+            continue
+        arms[f"frozen@{budget}"] = [prefix_trace(t, budget) for t in long]
+        pairs.append((arm, f"frozen@{budget}"))
+    return pairs
+
+
 def body(cfg, run_dir: Path, args) -> StepResult:
     arms = {arm: load_traces(run_dir / arm_file(arm)) for arm in ARMS if (run_dir / arm_file(arm)).exists()}
     if len(arms) < 2:
         raise StepError(f"{run_dir} has {len(arms)} arm trace(s) ({', '.join(arms) or 'none'}); a compare needs two: "
                         "run step 01 (frozen) or 04 (sft, trained, grpo_only) first")
+    present = list(arms)
+    extra_pairs = equal_compute_cuts(cfg, run_dir, arms)
     zero = grpo_zero_variance(run_dir)
     try:
         result = compare_arms(arms, sft_target=sft_target_source(sft_target_of_config(cfg)),
-                              grpo_zero_variance={arm: z["share"] for arm, z in zero.items()})
+                              grpo_zero_variance={arm: z["share"] for arm, z in zero.items()}, extra_pairs=extra_pairs)
     except CompareError as err:
         raise StepError(f"compare refused: {err}") from None
     result["grpo_zero_variance"] = zero
+    planned = planned_arms(cfg)
+    result["ledger"] = ledger(run_dir, result, planned_training_generations(cfg, planned))
+    result["missing_arms"] = [arm for arm in planned if arm not in present]
     atomic_write_json(run_dir / "trace_compare.json", result)
-    plot_arms(arms, run_dir / "trace.png")
-    atomic_write_text(run_dir / "summary.md", summary_markdown(run_dir, result, arms, zero))
+    plot_arms({arm: arms[arm] for arm in present}, run_dir / "trace.png")
+    plot_budget_curves(result["budget_curves"], run_dir / "budget_curves.png", cfg.trace_max_iterations)
+    atomic_write_text(run_dir / "summary.md", summary_markdown(run_dir, result, {a: arms[a] for a in present}, zero,
+                                                                missing_lines(run_dir, planned, present)))
     by = {(c["a"], c["b"]): c for c in result["comparisons"]}
-    parts = [f"{a} vs {b} steps {by[(a, b)]['measures']['steps']['mean_a']:.2f} vs "
-             f"{by[(a, b)]['measures']['steps']['mean_b']:.2f}, node-0 gold "
+    parts = [f"{a} vs {b} solved {by[(a, b)]['measures']['solved']['mean_a']:.0%} vs "
+             f"{by[(a, b)]['measures']['solved']['mean_b']:.0%}, node-0 gold "
              f"{by[(a, b)]['measures']['node0_gold']['mean_a']:.0%} vs {by[(a, b)]['measures']['node0_gold']['mean_b']:.0%}"
-             for a, b in (("trained", "frozen"), ("trained", "sft")) if (a, b) in by]
+             for a, b in (("trained", "frozen"), ("trained", "frozen_matched"), ("trained", "sft")) if (a, b) in by]
     first = result["comparisons"][0] if result["comparisons"] else None
     summary = (f"{'; '.join(parts) or (first and first['verdict']) or 'no comparable pair of arms'} over "
                f"{result['n_tasks']} tasks: shrunk {'yes' if result['shrunk'] else 'no'}"
                + (" (no GRPO effect readable: " + "; ".join(result["warnings"]) + ")" if result["warnings"] else ""))
-    return StepResult(["trace_compare.json", "trace.png", "summary.md"], summary)
+    return StepResult(["trace_compare.json", "trace.png", "budget_curves.png", "summary.md"], summary)
 
 
 if __name__ == "__main__":

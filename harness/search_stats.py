@@ -1,0 +1,160 @@
+"""What the searches did, arm by arm: solved-by-budget curves, refinement statistics and the compute ledger.
+
+    from harness.search_stats import budget_curve, refinement_stats, search_ledger, plot_budget_curves
+    budget_curve(traces)        # {"k": [0..budget], "solved": [...], "lo": [...], "hi": [...], "n_tasks": n}
+    refinement_stats(traces)    # refinements asked, share valid, share better than the parent, ...
+    search_ledger(traces)       # search nodes, tokens generated, sandbox evaluations, wall time
+
+Solved by budget. For each arm, the share of held-out tasks solved by node k (a gold node at
+index <= k, gold recomputed from balanced accuracy), for every k up to the arm's budget: one
+number per budget instead of a mean of steps whose size depends on the cap (RL-trained models
+may win at small budgets and lose at large ones; Yue et al. 2025). The unit is the task: a
+task's value at k is the share of its search seeds solved by node k; the 95% band resamples
+tasks (bootstrap, harness.stats' seed).
+
+Refinement statistics: can the operator refine at all? Of the refinements a search asked (every
+node with a parent): the share valid, the share whose child scores strictly above its parent,
+the mean reward change child - parent, and the share whose child is the parent's program
+unchanged (harness.interface.program_key). A search that only resamples shows ~0 better.
+
+The ledger counts what an arm's searches spent: operator generations (nodes), tokens generated
+(completion tokens) and read (prompt tokens), sandbox evaluations (one per node, one more per
+gold node for its held-out check) and wall time (the nodes' own: each node carries its share of
+its round's batch). Training costs come from the metrics files (scripts/05_compare.py).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness.files import atomic_path
+from harness.interface import program_key
+from harness.search import steps_to_first_gold
+from harness.stats import BOOTSTRAP_SEED, percentile
+
+CURVE_RESAMPLES = 2000
+
+
+def first_gold(trace: dict[str, Any]) -> int | None:
+    """The first gold node's index, gold recomputed from balanced accuracy and the trace's threshold."""
+    return steps_to_first_gold(trace, trace["knobs"]["gold_threshold"])
+
+
+def tasks_of(traces: list[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for trace in traces:
+        groups.setdefault((trace["task"]["task_id"], trace["task"]["examples_hash"]), []).append(trace)
+    return groups
+
+
+def solved_matrix(traces: list[dict[str, Any]], budget: int | None = None) -> list[list[float]]:
+    """Per task, per k = 0..budget: the share of the task's searches solved by node k."""
+    budget = traces[0]["knobs"]["max_iterations"] if budget is None else budget
+    rows = []
+    for group in tasks_of(traces).values():
+        firsts = [first_gold(t) for t in group]
+        rows.append([sum(f is not None and f <= k for f in firsts) / len(firsts) for k in range(budget + 1)])
+    return rows
+
+
+def budget_curve(traces: list[dict[str, Any]], resamples: int = CURVE_RESAMPLES) -> dict[str, Any]:
+    """The share of tasks solved by node k, k = 0..budget, with a 95% band from resampling tasks."""
+    rows = solved_matrix(traces)
+    n, width = len(rows), len(rows[0])
+    mean = [sum(r[k] for r in rows) / n for k in range(width)]
+    rng = random.Random(BOOTSTRAP_SEED)
+    boots = []
+    for _ in range(resamples):
+        pick = [rows[rng.randrange(n)] for _ in range(n)]
+        boots.append([sum(r[k] for r in pick) / n for k in range(width)])
+    lo = [percentile(sorted(b[k] for b in boots), 2.5) for k in range(width)]
+    hi = [percentile(sorted(b[k] for b in boots), 97.5) for k in range(width)]
+    return {"k": list(range(width)), "solved": [round(v, 4) for v in mean], "lo": [round(v, 4) for v in lo],
+            "hi": [round(v, 4) for v in hi], "n_tasks": n, "budget": width - 1, "resamples": resamples,
+            "unit": "task (a task's value: the share of its search seeds solved by node k)"}
+
+
+def refinement_stats(traces: list[dict[str, Any]]) -> dict[str, Any]:
+    """Of every refinement the searches asked: share valid, share better than the parent, mean reward change,
+    share identical to the parent program."""
+    pairs = [(t["nodes"][n["parent"]], n) for t in traces for n in t["nodes"] if n.get("parent") is not None]
+    if not pairs:
+        return {"refinements": 0, "valid_share": None, "better_share": None, "mean_reward_change": None,
+                "identical_share": None, "searches_refined": 0, "searches": len(traces)}
+    k = len(pairs)
+    return {"refinements": k,
+            "valid_share": round(sum(bool(c["valid"]) for _, c in pairs) / k, 4),
+            "better_share": round(sum(c["reward"] > p["reward"] for p, c in pairs) / k, 4),
+            "mean_reward_change": round(sum(c["reward"] - p["reward"] for p, c in pairs) / k, 4),
+            "identical_share": round(sum(program_key(c["code"]) == program_key(p["code"]) for p, c in pairs) / k, 4),
+            "searches_refined": sum(any(n.get("parent") is not None for n in t["nodes"]) for t in traces),
+            "searches": len(traces)}
+
+
+def search_ledger(traces: list[dict[str, Any]]) -> dict[str, Any]:
+    """What an arm's searches spent: generations, tokens, sandbox evaluations, wall time."""
+    nodes = [n for t in traces for n in t["nodes"]]
+    gold_checks = sum(n.get("heldout_accuracy") is not None for n in nodes)
+    return {"search_generations": len(nodes), "completion_tokens": sum(n.get("completion_tokens", 0) for n in nodes),
+            "prompt_tokens": sum(n.get("prompt_tokens", 0) for n in nodes),
+            "sandbox_evaluations": len(nodes) + gold_checks,
+            "search_wall_s": round(sum(n.get("wall_s", 0.0) for n in nodes), 1),
+            "operator_wall_s": round(sum(n.get("operator_wall_s", 0.0) for n in nodes), 1)}
+
+
+def first_gold_both(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
+    """Per task solved by both arms (every seed), the mean first-gold node of each: a budget-free paired measure."""
+    a_tasks, b_tasks = tasks_of(a), tasks_of(b)
+    xs, ys = [], []
+    for key, group in a_tasks.items():
+        fa, fb = [first_gold(t) for t in group], [first_gold(t) for t in b_tasks.get(key, [])]
+        if fb and all(f is not None for f in fa + fb):
+            xs.append(sum(fa) / len(fa))
+            ys.append(sum(fb) / len(fb))
+    return xs, ys
+
+
+LINE_STYLES = ("-", "--", ":", "-.")
+
+
+def plot_budget_curves(curves: dict[str, dict[str, Any]], path: str | Path, budget: int | None = None) -> Path:
+    """budget_curves.png: per arm the share of tasks solved by node k with its 95% band (tasks resampled)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    for i, (arm, curve) in enumerate(curves.items()):
+        style = {"linestyle": LINE_STYLES[i % len(LINE_STYLES)], "linewidth": 2.2 - 0.4 * (i % 3)}
+        line = ax.step(curve["k"], curve["solved"], where="post", label=f"{arm} (budget {curve['budget']})",
+                       **style)[0]
+        ax.fill_between(curve["k"], curve["lo"], curve["hi"], step="post", alpha=0.12, color=line.get_color())
+    if budget is not None:
+        ax.axvline(budget, color="gray", linestyle=":", linewidth=1, label=f"the study's budget ({budget})")
+    n = next(iter(curves.values()))["n_tasks"] if curves else 0
+    ax.set_xlabel("node index k (0 = the zero-shot answer; each later node one refinement)")
+    ax.set_ylabel(f"share of the {n} held-out tasks solved by node k")
+    ax.set_title("Solved by budget (95% bands: tasks resampled)", fontsize=10)
+    ax.set_ylim(-0.02, 1.02)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    return Path(path)
+
+
+def curve_table(curves: dict[str, dict[str, Any]], ks: Sequence[int] | None = None) -> list[str]:
+    """Markdown: one row per arm, one column per k (share solved and its band)."""
+    width = max(c["budget"] for c in curves.values()) + 1
+    ks = list(range(width)) if ks is None else list(ks)
+    lines = ["| arm | " + " | ".join(f"k={k}" for k in ks) + " |", "|---|" + "---|" * len(ks)]
+    for arm, c in curves.items():
+        cells = [f"{c['solved'][k]:.2f} [{c['lo'][k]:.2f}, {c['hi'][k]:.2f}]" if k <= c["budget"] else "-" for k in ks]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return lines
