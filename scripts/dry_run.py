@@ -196,10 +196,13 @@ def check_search_plan(cfg: Config) -> str:
     """The searches the launch pays for (harness.traces.search_plan): arms x tasks x seeds, operator calls, GPU time."""
     plan = search_plan(cfg)
     minutes = plan["gpu_minutes_estimate"]
-    return (f"{plan['searches']} searches = {len(plan['arms'])} arms ({', '.join(plan['arms'])}) x {plan['tasks']} "
-            f"held-out tasks x {plan['seeds']} seed(s), at most {plan['max_operator_calls']} operator calls in "
-            f"{plan['max_rounds']} batched rounds" + (f"; about {minutes:.0f} GPU minutes of searching (an estimate "
-                                                      "from assumed vLLM speed, harness/traces.py)" if minutes else ""))
+    arms = "; ".join(f"{arm} budget {p['budget']} (<= {p['max_search_nodes']} nodes"
+                     + (f", {p['training_generations']} training generations" if p["training_generations"] else "")
+                     + ")" for arm, p in plan["per_arm"].items())
+    return (f"{plan['searches']} searches over {plan['tasks']} held-out tasks x {plan['seeds']} seed(s), at most "
+            f"{plan['max_operator_calls']} operator calls in {plan['max_rounds']} batched rounds; arms: {arms}"
+            + (f"; about {minutes:.0f} GPU minutes of searching (an estimate from assumed vLLM speed, "
+               "harness/traces.py)" if minutes else ""))
 
 
 def check_bash() -> str:
