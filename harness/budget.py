@@ -5,13 +5,12 @@
     matched_budgets(cfg)                  # {"trained": 6, ...}: frozen's budget at each arm's compute
     check_budgets(cfg)                    # ConfigError in one line before any model loads
 
-The equal-compute rule. Training spends generations: GRPO samples (steps x group, plus the
-zero-variance redraws W8_GRPO_RESAMPLE allows), and for the refine and self arms whole searches
-on train pages (harvests). The fair control gives the frozen operator that many extra search
-nodes, spread over the held-out tasks: frozen's budget + ceil(training generations / tasks).
-The count used is the PLAN, an upper bound of what training really spends (a search may stop
-early at gold, a redraw may not be needed), so the frozen control is never given less compute
-than the arm it is matched to; the ledger (harness.search_stats) reports what was really spent.
+The equal-compute rule. Training spends generations: GRPO samples (steps x prompts x group),
+and for the refine and self arms whole searches on train pages (harvests). The fair control
+gives the frozen operator that many extra search nodes, spread over the held-out tasks:
+frozen's budget + ceil(training generations / tasks). The count used is the PLAN, an upper
+bound of what training really spends (a harvest's search may stop early at gold), so the
+frozen control is never given less compute than the arm it is matched to; the ledger (harness.search_stats) reports what was really spent.
 
 One long frozen search per task serves every matched budget: the search never looks at its
 budget (Thompson sampling, the per-node seeds and the prompts depend only on the nodes so
@@ -55,13 +54,12 @@ def planned_arms(cfg: Any) -> list[str]:
 
 
 def grpo_generations(cfg: Any) -> int:
-    """GRPO samples of one training, at most: prompts x group, each step's zero-variance redraws included."""
+    """GRPO samples of one training, at most: prompts x group."""
     hp = for_config(cfg)
-    redraws = getattr(cfg, "grpo_resample", 0) or 0
     if cfg.backend == "local":  # one prompt a step (harness.train_local.grpo_steps)
         steps = cfg.grpo_epochs * cfg.train_count
         steps = min(steps, cfg.grpo_max_steps) if cfg.grpo_max_steps else steps
-        return steps * hp.group_size * (1 + redraws)
+        return steps * hp.group_size
     prompts = cfg.train_count * cfg.grpo_epochs  # SkyRL: every train row of every epoch, n samples each
     return prompts * hp.group_size
 

@@ -137,14 +137,14 @@ def refinement_lines(result: dict) -> list[str]:
 
 
 def grpo_generations_done(metrics: dict) -> int:
-    """The completions a local or SkyRL GRPO really sampled: each step's group(s), zero-variance redraws included."""
+    """The completions a local or SkyRL GRPO really sampled: each step's prompts x group."""
     group = metrics.get("group_size") or 0
     total = 0
     for step in metrics.get("steps") or []:
         if step.get("generations") is not None:
             total += int(step["generations"])
         else:
-            total += (1 + int(step.get("redraws") or 0)) * int(step.get("prompts") or 1) * group
+            total += int(step.get("prompts") or 1) * group
     return total
 
 
