@@ -3,6 +3,7 @@
     from harness.markers import mark_done, output_problems, step_is_done
     mark_done(run_dir, "01_frozen_trace", ["frozen_trace.json"], "gold 1/2", wall_s=12.3, peak_rss_mb=900)
     output_problems(run_dir, "01_frozen_trace")   # [] or ["frozen_trace.json: 3968 bytes, the marker says 8112"]
+    input_problems(run_dir, "05_compare")         # the same for the earlier steps' outputs 05 reads
     step_is_done(run_dir, "01_frozen_trace")      # marker present and every output as the marker recorded it
 
 A step writes its outputs temp-then-rename and then `steps/<step>.json`, which records each
@@ -11,7 +12,10 @@ trusts a step only when every file is still what the marker says: a truncated tr
 half-overwritten export is named and the step is redone, instead of being published. When a
 redone step's outputs differ from before, the markers of the steps that used them are
 dropped, so those are redone too (a trace redone from its saved search states usually comes
-out byte-identical, and nothing after it reruns).
+out byte-identical, and nothing after it reruns). A step also checks what it reads before it runs or
+skips: the outputs of the earlier steps it uses (input_problems; a damaged one is refused, naming the
+file and the step to redo) and, for the training steps, the cached training files under data/ against
+data/fingerprint.json (data_problems; a damaged one is rebuilt).
 
 `invocations.json` counts the wall time of every run_r3.sh invocation of the run, so a
 resumed run reports its whole time: an invocation that was killed (preempted, Ctrl-C, the
@@ -37,6 +41,12 @@ STEPS = ("01_frozen_trace", "02_sft", "03_grpo", "04_trained_trace", "05_compare
 # which later steps read a step's outputs: redone with other outputs, their markers go
 USED_BY = {"01_frozen_trace": ("05_compare",), "02_sft": ("03_grpo", "04_trained_trace", "05_compare"),
            "03_grpo": ("04_trained_trace", "05_compare"), "04_trained_trace": ("05_compare",), "05_compare": ()}
+# which earlier steps' outputs a step reads (the inverse of USED_BY): checked before it runs or skips
+READS = {step: tuple(earlier for earlier in STEPS if step in USED_BY[earlier]) for step in STEPS}
+# the steps that train on the run's cached training files, data/ (harness.training_data writes them with their
+# sha256 in data/fingerprint.json)
+DATA_READERS = ("02_sft", "03_grpo")
+DATA_STAMP = "data/fingerprint.json"
 HASH_ALWAYS_BYTES = 64 << 20
 
 
@@ -105,6 +115,35 @@ def output_problems(run_dir: Path, step: str) -> list[str]:
     problems = [p for rel, want in sorted(files.items()) if (p := file_problem(Path(run_dir) / rel, rel, want))]
     problems += [f"{rel}: missing" for rel in marker.get("outputs", []) if not (Path(run_dir) / rel).exists()
                  and not any(f == rel or f.startswith(rel.rstrip("/") + "/") for f in files)]
+    return problems
+
+
+def input_problems(run_dir: Path, step: str) -> list[str]:
+    """One line per file `step` reads from an earlier step that is not as that step's marker recorded it,
+    naming the step that wrote it ([] when all are whole, or the earlier step has no marker)."""
+    return [f"{problem}, an output of step {earlier}" for earlier in READS[step]
+            for problem in output_problems(run_dir, earlier)]
+
+
+def data_problems(run_dir: Path, step: str) -> list[str]:
+    """One line per cached training file (data/) that no longer has the sha256 data/fingerprint.json gives it;
+    [] for a step that does not train, or when there is no cache yet."""
+    stamp = Path(run_dir) / DATA_STAMP
+    if step not in DATA_READERS or not stamp.is_file():
+        return []
+    try:
+        hashes = json.loads(stamp.read_text()).get("sha256") or {}
+    except (OSError, ValueError, AttributeError):
+        return [f"{DATA_STAMP}: unreadable (corrupt JSON)"]
+    problems = []
+    for name, sha in sorted(hashes.items()):
+        rel = f"data/{name}"
+        path = Path(run_dir) / rel
+        if not path.is_file():
+            problems.append(f"{rel}: missing")
+        elif file_digest(path)["sha256"] != sha:
+            problems.append(f"{rel}: {path.stat().st_size} bytes, content changed since it was written "
+                            f"(sha256 differs from {DATA_STAMP})")
     return problems
 
 

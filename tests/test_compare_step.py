@@ -29,7 +29,11 @@ def run(tmp_path):
 
 
 def write_arm(run_dir: Path, name: str, traces: list[dict]) -> None:
-    (run_dir / f"{name}_trace.json").write_text(json.dumps({"role": name, "model": name, "traces": traces}))
+    """An arm's trace file as a step writes it, with where its programs ran (step 05 refuses one without)."""
+    sandbox = {"requested": "local", "backend": "local", "runs": {"local": sum(len(t["nodes"]) for t in traces)},
+               "infra_failures": 0, "fallbacks": []}
+    (run_dir / f"{name}_trace.json").write_text(json.dumps({"role": name, "model": name, "sandbox": sandbox,
+                                                            "traces": traces}))
 
 
 def compare(env: dict) -> subprocess.CompletedProcess:
