@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 CHROMIUM ?= /usr/bin/chromium
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup test harvest benchmark-report bench-harvest search bench-search bench-sandbox
+.PHONY: help setup test test-slow harvest benchmark-report bench-harvest search bench-search bench-sandbox
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -33,8 +33,13 @@ $(CHROMIUM):
 setup: $(STAMP) $(CHROMIUM) ## create .venv, install pinned requirements and Debian's Chromium
 	@echo "setup ok: $$($(PY) --version), $$($(CHROMIUM) --version 2>/dev/null)"
 
-test: setup ## run the test suite, browser tests included (~7 min on 2 cores)
-	$(PY) -m pytest -q
+# The suite in two parts, split by pytest's `slow` marker (pytest.ini): CI runs both. A test that takes
+# more than a few seconds carries @pytest.mark.slow. Each part ends with its time beside the baseline.
+test: setup ## every test not marked slow: real Chromium, real sandbox, fake-sky launches (~2 min on 2 cores)
+	@$(PY) scripts/time_tests.py test -- -q -m "not slow"
+
+test-slow: setup ## the tests marked slow: two-node Ray, SkyRL plans, dry-run plans, real training (~5 min on 2 cores)
+	@$(PY) scripts/time_tests.py test-slow -- -q -m slow
 
 # ---- benchmark ------------------------------------------------------------
 harvest: setup ## re-harvest the benchmark snapshot from a real browser (resumable)

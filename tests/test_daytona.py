@@ -135,6 +135,7 @@ def test_stub_daytona_429_with_retry_after_and_each_5xx_are_retried_then_the_pro
     assert all("\n" not in line for line in our_lines(caplog))
 
 
+@pytest.mark.slow
 def test_stub_daytona_a_read_timeout_on_code_run_is_retried(env):
     """The SDK's read timeout is code_run's timeout + 5 s: a 1 s program budget waits 6 s for an answer."""
     stub = env.stub()

@@ -40,6 +40,7 @@ def test_r3_yaml_declares_no_ports_anywhere():
     assert ports(config) == []
 
 
+@pytest.mark.slow
 @needs_sky_env
 def test_a_port_in_the_yaml_is_refused_by_the_dry_run_and_the_real_yaml_renders_none(tmp_path, monkeypatch):
     """SkyPilot's own parser renders the launch; any port it would open fails the dry-run in one line."""

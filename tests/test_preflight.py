@@ -212,6 +212,7 @@ def test_preflight_fails_on_the_sandbox_when_namespaces_are_taken_away(tmp_path)
     assert "W8_SANDBOX=daytona" in last and "reward" not in proc.stdout  # stopped before the Ray check
 
 
+@pytest.mark.slow
 def test_the_oracle_scores_gold_in_a_ray_task_that_finds_harness_by_pythonpath(ray_tmp, tmp_path, monkeypatch):
     """Ray started by the caller: the probe uses it and leaves it running. The driver's cwd is elsewhere,
     so the worker imports harness only through the runtime_env's PYTHONPATH."""
@@ -238,6 +239,7 @@ def run_preflight(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=300, env=env)
 
 
+@pytest.mark.slow
 def test_preflight_skip_gpu_passes_here_and_stops_the_ray_it_started(ray_tmp, tmp_path):
     proc = run_preflight(["--skip-gpu"], tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
