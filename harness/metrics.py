@@ -7,8 +7,10 @@
 Our metric names, the same for both backends (None where a backend does not report one):
 step, loss, reward_mean, reward_std, valid_rate (share of valid programs), balanced_accuracy,
 zero_variance_groups (share of GRPO groups whose samples all scored the same: no signal),
-sandbox_failure_rate, kl, completion_length, step_time_s; SkyRL steps also keep every
-`timing/*` value under `timing`. SkyRL's own names for them are in `skyrl_step_record`.
+sandbox_failure_rate, kl, completion_length, step_time_s, prompts_zero_shot and prompts_refine
+(the step's prompts of each kind), refine_improved and refine_identical (shares of the step's
+refinement samples whose child beat its parent / was the parent unchanged); SkyRL steps also
+keep every `timing/*` value under `timing`. SkyRL's own names for them are in `skyrl_step_record`.
 """
 
 from __future__ import annotations
@@ -73,5 +75,7 @@ def skyrl_step_record(row: dict) -> dict:
             "valid_rate": row.get("environment/valid"), "balanced_accuracy": row.get("environment/balanced_accuracy"),
             "sandbox_failure_rate": row.get("environment/sandbox_failed"),
             "zero_variance_groups": row.get("harness/zero_variance_groups"),
+            "prompts_zero_shot": row.get("harness/prompts_zero_shot"), "prompts_refine": row.get("harness/prompts_refine"),
+            "refine_improved": row.get("environment/improved"), "refine_identical": row.get("environment/identical"),
             "loss": row.get("policy/final_loss", row.get("train/loss")), "kl": row.get("policy/policy_kl"),
             "completion_length": row.get("generate/avg_num_tokens"), "timing": timing}

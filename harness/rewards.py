@@ -19,6 +19,15 @@ The arithmetic (legal = positive):
 - an invalid program (no code, no valid function, crash on load, whole-run timeout) gets
   reward 0, all metrics 0, valid=False and a one-line reason.
 
+A refinement (the child of a parent program, harness/env.py on a refinement row) is scored the
+same way and then shaped by `refinement_reward`:
+  reward = child + bonus * improved - penalty * identical
+  identical = the child has code and it is the parent's program (harness.interface.program_key:
+              ast.unparse of both, so comments, blank lines, spacing and quote style do not count)
+  improved  = not identical and child > parent (strictly)
+Not `child - parent`: every completion of a GRPO group has the same parent, so a term linear in
+the child's reward is an affine map of it that group normalisation cancels; an indicator is not.
+
 Labels never enter the process that runs the code: only `Example.unlabeled()` goes to the
 sandbox; this module compares the returned predictions with the labels.
 `score_harness` never raises on bad programs: whatever the sandbox or validation reports
@@ -32,7 +41,7 @@ from typing import Any, Callable, Sequence
 
 from harness.config import default
 from harness.dataset import Example
-from harness.interface import extract_code, validate_code
+from harness.interface import extract_code, program_key, validate_code
 from harness.sandbox import run_harness
 
 MAX_ERROR_CHARS = 300  # harness/browser error texts are clipped: they feed prompts and traces
@@ -161,6 +170,27 @@ def score_predictions(predictions: Sequence[Any], examples: Sequence[Example], r
                  tnr=tnr if tnr is not None else 0.0, n_examples=len(examples), n_wrong=len(failures),
                  n_bad_returns=sum(1 for p in preds if p is None), failures=failures, predictions=preds,
                  wall_s=wall_s)
+
+
+@dataclass(frozen=True)
+class Refinement:
+    """A refinement's reward (see the module doc) and its parts."""
+
+    reward: float
+    child_reward: float  # the plain composite reward of the child
+    improved: bool
+    identical: bool
+
+
+IMPROVEMENT_EPS = 1e-9  # "strictly above" without float noise: the same arithmetic on the same predictions is exact
+
+
+def refinement_reward(child_reward: float, parent_reward: float, child_code: str, parent_code: str,
+                      bonus: float, penalty: float) -> Refinement:
+    """Shape a child's composite reward against its parent's (pure; the table is in tests/test_env.py)."""
+    identical = bool((child_code or "").strip()) and program_key(child_code) == program_key(parent_code or "")
+    improved = not identical and child_reward > parent_reward + IMPROVEMENT_EPS
+    return Refinement(child_reward + bonus * improved - penalty * identical, child_reward, improved, identical)
 
 
 def is_gold(score: Score | float, threshold: float | None = None) -> bool:

@@ -226,12 +226,16 @@ class Rendered:
 
 
 def render_all(cfg: Any, model: str, run_dir: str | Path, data_dir: str | Path,
-               lengths: Lengths | None = None, grpo_name: str = "grpo") -> Rendered:
+               lengths: Lengths | None = None, grpo_name: str = "grpo", data: TrainingData | None = None,
+               sft_name: str = "sft") -> Rendered:
     """Rows (built if needed), plan, token budget check and both override lists for cfg's knobs.
+    `data`: other GRPO rows than the run's zero-shot ones (the refine and self arms' mixed parquet); the
+    prompt budget is then measured on them, so the longest refinement prompt sets max_prompt_length.
+    grpo_name / sft_name: the output folders (<run>/<name>, or <bucket>/<run-id>/<name>) of the two renders.
 
     SkyRLConfigError in one line when the plan, the budget or the data cannot work.
     """
-    data = training_data_for(cfg, data_dir)
+    data = data or training_data_for(cfg, data_dir)
     hp = for_config(cfg)  # the backend's table with the run's GRPO knobs
     plan = plan_for(cfg.accelerators, model, data.n_train, cfg.num_nodes, hp)
     lengths = lengths or measure_lengths(model, data)
@@ -240,8 +244,8 @@ def render_all(cfg: Any, model: str, run_dir: str | Path, data_dir: str | Path,
     grpo = render_grpo(model, plan, data, lengths, paths_for(cfg, run_dir, grpo_name), cfg.grpo_epochs,
                        cfg.operator_max_new_tokens, cfg.grpo_max_steps, run_name if grpo_name == "grpo" else
                        f"{run_name}-{grpo_name}", hp)
-    sft = render_sft(model, plan, data, lengths, paths_for(cfg, run_dir, "sft"), max(1, cfg.harness_sft_steps),
-                     run_name + "-sft", hp)
+    sft = render_sft(model, plan, data, lengths, paths_for(cfg, run_dir, sft_name), max(1, cfg.harness_sft_steps),
+                     f"{run_name}-{sft_name}", hp)
     return Rendered(grpo, sft, plan, lengths, data)
 
 

@@ -15,8 +15,9 @@ What we add to SkyRL's own loop, all through its public hooks:
 - `MetricsLog` (a TrainingCallback): every dict SkyRL logs (timing/*, reward/*, environment/*,
   policy/*, train/*) is appended to <export>/metrics.jsonl, summarised into metrics.json/png;
 - `HarnessGenerator` (SkyRLGymGenerator + `harness/*` rollout metrics): per batch the reward
-  mean/std, valid-program rate, sandbox-failure rate and the share of zero-variance groups
-  (groups whose samples all scored the same: no GRPO signal);
+  mean/std, valid-program rate, sandbox-failure rate, the share of zero-variance groups
+  (groups whose samples all scored the same: no GRPO signal) and how many prompts were
+  zero-shot and how many refinement (harness/prompts_zero_shot, harness/prompts_refine);
 - `TrainingGuard`: any batch whose every program the sandbox failed (a remote sandbox gone for
   good mid-run included) stops the run with one line, and so do the first batches (eval before
   training included) when no program in any group was valid, instead of training on all-zero
@@ -45,7 +46,7 @@ from harness.metrics import summarize_skyrl_metrics
 from harness.sandbox import sandbox_provenance
 from harness.skyrl_config import (SkyRLConfigError, check_budget, measure_lengths, paths_for, render_all,
                                   validate_grpo, validate_overrides, validate_sft, write_overrides)
-from harness.training_data import TrainingData, check_skyrl_parquet
+from harness.training_data import PROMPT_KINDS, TrainingData, check_skyrl_parquet, row_prompt_kind
 
 KINDS = ("sft", "grpo")
 # pitfall (placement-group stalls): SkyRL reads this at import; the first start of a node
@@ -64,19 +65,24 @@ class SkyRLRunError(RuntimeError):
 
 # ---- metrics: per batch, per step -----------------------------------------------------------
 
-def group_stats(instance_ids: Sequence[str], rewards: Sequence[Any], env_metrics: Sequence[dict]) -> dict:
-    """Reward mean/std, valid and sandbox-failure rates, and the share of zero-variance groups of one batch."""
+def group_stats(instance_ids: Sequence[str], rewards: Sequence[Any], env_metrics: Sequence[dict],
+                kinds: Sequence[str] | None = None) -> dict:
+    """Reward mean/std, valid and sandbox-failure rates, the share of zero-variance groups of one batch, and
+    how many of its prompts (groups) were zero-shot and how many refinement (kinds: each sample's prompt_kind)."""
     flat = [float(sum(r)) if isinstance(r, list) else float(r) for r in rewards]
     groups: dict[str, list[float]] = {}
-    for uid, reward in zip(instance_ids, flat):
+    group_kind: dict[str, str] = {}
+    for uid, reward, kind in zip(instance_ids, flat, kinds or ["zero_shot"] * len(flat)):
         groups.setdefault(uid, []).append(reward)
+        group_kind.setdefault(uid, kind)
     n = max(1, len(flat))
     mean = sum(flat) / n
     return {"reward_mean": mean, "reward_std": (sum((r - mean) ** 2 for r in flat) / n) ** 0.5,
             "valid_rate": sum(float(m.get("valid", 0.0)) for m in env_metrics) / n,
             "sandbox_failure_rate": sum(float(m.get("sandbox_failed", 0.0)) for m in env_metrics) / n,
             "zero_variance_groups": sum(max(g) - min(g) <= 1e-9 for g in groups.values()) / max(1, len(groups)),
-            "groups": float(len(groups)), "samples": float(len(flat))}
+            "groups": float(len(groups)), "samples": float(len(flat)),
+            **{f"prompts_{kind}": float(sum(k == kind for k in group_kind.values())) for kind in PROMPT_KINDS}}
 
 
 class TrainingGuard:
@@ -148,7 +154,8 @@ def harness_generator_class(no_valid: str = "stop", guard_path: str | Path | Non
             ids = [t.instance_id for t in input_batch.get("trajectory_ids") or []] or \
                 [str(i) for i in range(len(out["rewards"]))]
             metrics = out.get("env_metrics") or [{} for _ in out["rewards"]]
-            stats = group_stats(ids, out["rewards"], metrics)
+            kinds = [row_prompt_kind(extras or {}) for extras in input_batch.get("env_extras") or []]
+            stats = group_stats(ids, out["rewards"], metrics, kinds if len(kinds) == len(ids) else None)
             if out.get("rollout_metrics") is not None:
                 out["rollout_metrics"].update({f"harness/{k}": v for k, v in stats.items()})
             try:
@@ -350,12 +357,18 @@ def run_entrypoint(kind: str, overrides: list[str], log_path: Path, metrics_path
                             "as failure-* records)")
 
 
-def train_skyrl(cfg, run_dir: Path, kind: str, model: str) -> dict:
+def train_skyrl(cfg, run_dir: Path, kind: str, model: str, data: TrainingData | None = None,
+                entry: str | None = None) -> dict:
     """Render and save the overrides (<run>/skyrl_<kind>_overrides.txt), run SkyRL, fetch the export from the
-    bucket if there is one, summarise the metrics; returns what the step records."""
+    bucket if there is one, summarise the metrics; returns what the step records. `data`: the rows to train on
+    when they are not the run's own (the refine and self arms' mixed GRPO parquet, a self round's SFT rows).
+    `entry`: sft or grpo, by default sft for kind "sft" and grpo for every other kind (grpo_only, refine, self)."""
 
-    entry = "sft" if kind == "sft" else "grpo"  # grpo_only: the GRPO entrypoint into its own folder
-    rendered = render_all(cfg, model, run_dir, data_dir=run_dir / "data", grpo_name=kind if entry == "grpo" else "grpo")
+    entry = entry or ("sft" if kind == "sft" else "grpo")  # grpo_only: the GRPO entrypoint into its own folder
+    if entry not in KINDS:
+        raise SkyRLConfigError(f"skyrl entrypoint {entry!r}: expected one of {', '.join(KINDS)}")
+    rendered = render_all(cfg, model, run_dir, data_dir=run_dir / "data", grpo_name=kind if entry == "grpo" else "grpo",
+                          sft_name=kind if entry == "sft" else "sft", data=data)
     overrides = rendered.grpo if entry == "grpo" else rendered.sft
     validate_overrides(rendered.grpo, rendered.sft, rendered.lengths, cfg.operator_max_new_tokens)
     write_overrides(run_dir / f"skyrl_{kind}_overrides.txt", overrides)

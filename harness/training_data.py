@@ -4,8 +4,12 @@
     data = training_data_for(cfg, run_dir / "data")   # train.parquet, validation.parquet, sft/train.jsonl
     data.train_parquet, data.n_train
 
-Every row's prompt is harness.prompts.build_zero_shot_prompt(task): the prompt of node 0 of
-a trace, so training targets exactly what the trace measures. Train rows come from train
+A zero-shot row's prompt is harness.prompts.build_zero_shot_prompt(task): the prompt of node 0
+of a trace, so training targets exactly what the trace measures. A refinement row (refine_row)
+holds the search's other prompt, build_refine_prompt(task, parent_code, failures, attempt),
+for a parent program a search on a train page really refined; mixed_rows mixes the two kinds
+(W8_REFINE_SHARE). Every row carries the same extra_info fields (ROW_KIND_FIELDS), a zero-shot
+row with neutral values, so a parquet of either kind or both has one schema. Train rows come from train
 pages only; the small eval split comes from held-out pages with seeds far from the trace
 seeds (EVAL_SEED_OFFSET), and is only ever evaluated, never trained on. The reward knobs
 (recall weight, gold threshold, sandbox timeout and backend) travel in each row's
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +28,7 @@ from typing import Any
 from harness.dataset import DatasetError, Example, Task, make_task
 from harness.files import atomic_write_bytes, atomic_write_text, file_digest
 from harness.oracle import sft_target_source
-from harness.prompts import build_zero_shot_prompt
+from harness.prompts import build_refine_prompt, build_zero_shot_prompt
 from harness.rewards import RewardKnobs
 
 ENV_CLASS = "harness_legality"
@@ -49,13 +54,75 @@ def examples_from_ground_truth(ground_truth: str | dict) -> list[Example]:
             for e in data.get("examples", [])]
 
 
-def skyrl_row(task: Task, reward: RewardKnobs) -> dict[str, Any]:
-    """One SkyRL prompt row. SkyRL hands everything but prompt/env_class to the env as `extras`;
-    our own fields live under extras["extra_info"] (harness/env.py unwraps them)."""
-    return {"data_source": DATA_SOURCE, "prompt": build_zero_shot_prompt(task), "env_class": ENV_CLASS,
+# The fields that tell the kinds of row apart, with a zero-shot row's neutral values. Every row has all of
+# them, with one type each (parent_reward a float: -1.0 is "no parent", rewards lie in [0, 1]; source a JSON
+# string, since a struct of varying keys, or of none, does not round-trip through parquet), so a zero-shot
+# parquet, a refinement parquet and a mix of both share one schema.
+ZERO_SHOT_FIELDS = {"prompt_kind": "zero_shot", "parent_code": "", "parent_reward": -1.0, "improvement_bonus": 0.0,
+                    "identical_penalty": 0.0, "attempt": 0, "source": ""}
+PROMPT_KINDS = ("zero_shot", "refine")
+
+
+def _row(task: Task, prompt: list[dict[str, str]], reward: RewardKnobs, kind: dict[str, Any]) -> dict[str, Any]:
+    return {"data_source": DATA_SOURCE, "prompt": prompt, "env_class": ENV_CLASS,
             "reward_spec": {"method": "rule", "ground_truth": ground_truth_json(task)},
             "extra_info": {"task_id": task.task_id, "split": task.split, "seed": task.seed, "obs_id": task.obs_id,
-                           "page": task.page, "n_examples": len(task.examples), **reward.as_row()}}
+                           "page": task.page, "n_examples": len(task.examples), **reward.as_row(), **kind}}
+
+
+def skyrl_row(task: Task, reward: RewardKnobs) -> dict[str, Any]:
+    """One SkyRL prompt row, zero-shot. SkyRL hands everything but prompt/env_class to the env as `extras`;
+    our own fields live under extras["extra_info"] (harness/env.py unwraps them)."""
+    return _row(task, build_zero_shot_prompt(task), reward, ZERO_SHOT_FIELDS)
+
+
+def refine_row(task: Task, parent_code: str, failures: list[Any], parent_reward: float, reward: RewardKnobs,
+               bonus: float, penalty: float, attempt: int = 0, source: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+    """One SkyRL prompt row for a refinement the search asked: the prompt is build_refine_prompt(task,
+    parent_code, failures, attempt) (failures: harness.rewards.Failure, as harness.failures rebuilds them from a
+    node's records), the examples the task's own. extra_info adds the parent's program and composite reward
+    (as the search scored it on these examples), the reward terms (bonus when the child scores strictly above
+    the parent, penalty when it is the parent's program unchanged: harness/env.py) and the source (harvest,
+    task, node, model) as a JSON string. Nothing of this reaches the sandbox: the env scores in its own process
+    and the sandbox runs the child's code on unlabeled examples only."""
+    if not isinstance(parent_reward, (int, float)) or not 0.0 <= parent_reward <= 1.0:
+        raise DatasetError(f"refinement row of {task.task_id}: parent_reward {parent_reward!r} is not a reward "
+                           "in [0, 1]")
+    kind = {"prompt_kind": "refine", "parent_code": parent_code or "", "parent_reward": float(parent_reward),
+            "improvement_bonus": float(bonus), "identical_penalty": float(penalty), "attempt": int(attempt),
+            "source": json.dumps(source or {}, sort_keys=True)}
+    return _row(task, build_refine_prompt(task, parent_code, failures, attempt), reward, kind)
+
+
+def row_prompt_kind(row: dict[str, Any]) -> str:
+    """zero_shot or refine; a row written before the kinds existed is zero-shot."""
+    return (row.get("extra_info") or {}).get("prompt_kind") or "zero_shot"
+
+
+def mixed_rows(zero_shot_rows: list[dict[str, Any]], refine_rows: list[dict[str, Any]], share: float, count: int,
+               seed: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """`count` rows, round(share * count) of them refinement rows (Python's round: halves to even), the rest
+    zero-shot, each kind drawn from its pool and the whole shuffled with `seed` (deterministic). A refinement
+    pool smaller than wanted gives all of it, the rest zero-shot, and the returned numbers say so (refine_short,
+    note). Returns (rows, numbers); write the rows with write_parquet_rows. DatasetError in one line when the
+    zero-shot pool cannot fill the rest."""
+    if count < 1:
+        raise DatasetError(f"mixed rows: count={count}, expected at least 1 row")
+    wanted = round(share * count)
+    n_refine = min(wanted, len(refine_rows))
+    n_zero = count - n_refine
+    if n_zero > len(zero_shot_rows):
+        raise DatasetError(f"mixed rows: {n_zero} zero-shot rows needed ({count} rows, {n_refine} refinement) but "
+                           f"the zero-shot pool holds {len(zero_shot_rows)}")
+    rng = random.Random(f"mixed-rows:{seed}")
+    rows = rng.sample(list(zero_shot_rows), n_zero) + rng.sample(list(refine_rows), n_refine)
+    rng.shuffle(rows)
+    short = wanted - n_refine
+    note = (f"the refinement pool holds {len(refine_rows)} rows: {n_refine} of the {wanted} wanted "
+            f"({share} x {count}), the other {short} zero-shot" if short else "")
+    return rows, {"n_rows": count, "n_refine": n_refine, "n_zero_shot": n_zero, "refine_wanted": wanted,
+                  "refine_short": short, "note": note}
 
 
 def train_tasks(count: int, examples_per_obs: int) -> list[Task]:

@@ -170,3 +170,169 @@ def test_a_row_without_reward_knobs_is_refused_naming_the_knob(extras):
     info = {k: v for k, v in extras["extra_info"].items() if k != "recall_weight"}
     with pytest.raises(EnvRowError, match="lacks the reward knob 'recall_weight'"):
         HarnessLegalityEnv(extras={**extras, "extra_info": info})
+
+
+# ---- refinement rows: the search's other prompt -----------------------------------------------------------
+
+PARENT = "def is_legal_action(state, action):\n    return True\n"  # BA 0.5, recall 1: reward 0.6
+
+
+@pytest.fixture(scope="module")
+def parent(task):
+    """A real parent: the program scored on the task, and the failures a refinement of it is shown."""
+    from harness.failures import failures_to_show
+    from harness.rewards import score_harness
+
+    score = score_harness(PARENT, task.examples, REWARD.recall_weight, REWARD.timeout_s, sandbox=REWARD.sandbox)
+    return score.reward, failures_to_show(score, task.examples)
+
+
+def refine_extras(task, parent, bonus=0.2, penalty=0.3, code=PARENT):
+    from harness.training_data import refine_row
+
+    row = refine_row(task, code, parent[1], parent[0], REWARD, bonus, penalty, attempt=1,
+                     source={"harvest": "refine", "task_id": task.task_id, "node": 3, "parent": 1, "model": "m"})
+    return {k: v for k, v in row.items() if k not in ("prompt", "env_class")}
+
+
+@pytest.mark.parametrize("a, b, same", [
+    ("def f(s, a):\n    return True", "def f(s, a):\n    return True", True),
+    ("def f(s, a):\n    return True", "def f(s,a):  # always\n\n\n        return True\n", True),  # spacing, comment
+    ("def f(s, a):\n    return a == 'x'", 'def f(s, a):\n    return (a == "x")', True),  # quotes, parentheses
+    ("def f(s, a):\n    return True", "def f(s, a):\n    return False", False),
+    ("def f(s, a):\n    return True", "def f(s, a):\n    '''doc'''\n    return True", False),  # a docstring is code
+    ("def f(s, a):\n    x = 1\n    return x", "def f(s, a):\n    y = 1\n    return y", False),  # renames count
+    ("def f(s, a)\n    return True", "def f(s, a)\n    return True   \n\n", True),  # no parse: stripped lines
+    ("def f(s, a)\n    return True", "def f(s, a)\n    return True  # c", False),
+])
+def test_program_key_table(a, b, same):
+    """What "the parent's program unchanged" means: harness.interface.program_key (ast.unparse)."""
+    from harness.interface import program_key
+
+    assert (program_key(a) == program_key(b)) is same
+
+
+@pytest.mark.parametrize("child, parent_r, child_code, parent_code, reward, improved, identical", [
+    (0.9, 0.6, "def f(s, a):\n    return 1", PARENT, 0.9 + 0.2, True, False),  # better: the bonus
+    (0.6, 0.6, "def f(s, a):\n    return 1", PARENT, 0.6, False, False),  # as good, not strictly above
+    (0.6 + 1e-12, 0.6, "def f(s, a):\n    return 1", PARENT, 0.6 + 1e-12, False, False),  # float noise
+    (0.4, 0.6, "def f(s, a):\n    return 0", PARENT, 0.4, False, False),  # worse: the plain reward
+    (0.6, 0.6, PARENT, PARENT, 0.6 - 0.3, False, True),  # unchanged: the penalty
+    (0.6, 0.6, "def is_legal_action(state, action):  # same\n\n    return True", PARENT, 0.3, False, True),
+    (0.7, 0.6, PARENT, PARENT, 0.7 - 0.3, False, True),  # unchanged never counts as better (a flaky parent)
+    (0.0, 0.6, "", PARENT, 0.0, False, False),  # no code at all: invalid, not "unchanged"
+    (0.0, 0.0, "", "", 0.0, False, False),  # an empty parent and an empty child: nothing was repeated
+    (0.2, 0.0, "def f(s, a):\n    return 1 / 0", "", 0.2 + 0.2, True, False),  # a parent without code, beaten
+])
+def test_refinement_reward_table(child, parent_r, child_code, parent_code, reward, improved, identical):
+    from harness.rewards import refinement_reward
+
+    out = refinement_reward(child, parent_r, child_code, parent_code, bonus=0.2, penalty=0.3)
+    assert out.reward == pytest.approx(reward) and out.child_reward == child
+    assert (out.improved, out.identical) == (improved, identical)
+
+
+def test_refine_row_format(task, parent):
+    from harness.prompts import build_refine_prompt
+    from harness.training_data import ZERO_SHOT_FIELDS, refine_row
+
+    row = refine_row(task, PARENT, parent[1], parent[0], REWARD, 0.2, 0.3, attempt=2,
+                     source={"harvest": "refine", "node": 4})
+    zero = skyrl_row(task, REWARD)
+    assert tuple(row) == SKYRL_COLUMNS and row["env_class"] == ENV_CLASS
+    assert row["prompt"] == build_refine_prompt(task, PARENT, parent[1], 2)  # the search's prompt, exactly
+    assert "return True" in row["prompt"][1]["content"] and len(parent[1]) == 5
+    assert row["reward_spec"] == zero["reward_spec"]  # the task's own examples
+    info = row["extra_info"]
+    assert list(info) == list(zero["extra_info"])  # one set of fields, in one order, for both kinds
+    assert {k: info[k] for k in ZERO_SHOT_FIELDS} == {
+        "prompt_kind": "refine", "parent_code": PARENT, "parent_reward": pytest.approx(0.6), "improvement_bonus": 0.2,
+        "identical_penalty": 0.3, "attempt": 2, "source": json.dumps({"harvest": "refine", "node": 4}, sort_keys=True)}
+    assert {k: v for k, v in info.items() if k not in ZERO_SHOT_FIELDS} == \
+        {k: v for k, v in zero["extra_info"].items() if k not in ZERO_SHOT_FIELDS}
+    assert zero["extra_info"]["prompt_kind"] == "zero_shot" and zero["extra_info"]["parent_reward"] == -1.0
+    with pytest.raises(DatasetError, match=r"parent_reward None is not a reward in \[0, 1\]"):
+        refine_row(task, PARENT, parent[1], None, REWARD, 0.2, 0.3)
+
+
+def test_zero_shot_and_refinement_parquets_share_one_schema_and_round_trip(tmp_path, task, parent):
+    """pyarrow infers a struct per file: a zero-shot file, a refinement file and a mix must come out with one
+    schema (SkyRL's PromptDataset concatenates its files), and every field must survive the round trip."""
+    import pyarrow.parquet as pq
+    from skyrl.train.dataset import PromptDataset
+    from transformers import AutoTokenizer
+
+    from harness.training_data import refine_row
+
+    zero = [skyrl_row(task, REWARD), skyrl_row(make_task("train", 4, 16), REWARD)]
+    refine = [refine_row(task, PARENT, parent[1], parent[0], REWARD, 0.2, 0.3, attempt=a, source={"node": a})
+              for a in (0, 1)]
+    paths = {name: write_parquet_rows(rows, tmp_path / f"{name}.parquet")
+             for name, rows in (("zero", zero), ("refine", refine), ("mixed", zero + refine))}
+    schemas = {name: pq.read_schema(path) for name, path in paths.items()}
+    assert schemas["zero"] == schemas["refine"] == schemas["mixed"]
+    assert pq.read_table(paths["mixed"]).to_pylist() == zero + refine
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m"))
+    dataset = PromptDataset([str(paths["zero"]), str(paths["refine"])], tokenizer, max_prompt_length=8192,
+                            num_workers=1)
+    assert [dataset[i][2]["extra_info"]["prompt_kind"] for i in range(4)] == ["zero_shot"] * 2 + ["refine"] * 2
+    assert dataset[3][2]["extra_info"] == refine[1]["extra_info"]
+
+
+def test_mixed_rows_share_determinism_and_a_short_pool(task, parent):
+    from harness.training_data import mixed_rows, refine_row, row_prompt_kind
+
+    zero = [skyrl_row(make_task("train", s, 8), REWARD) for s in range(10)]
+    refine = [refine_row(task, PARENT, parent[1], parent[0], REWARD, 0.2, 0.2, attempt=a) for a in range(6)]
+    rows, info = mixed_rows(zero, refine, 0.3, 10, seed=0)
+    assert [row_prompt_kind(r) for r in rows].count("refine") == 3 == info["n_refine"] and len(rows) == 10
+    assert info == {"n_rows": 10, "n_refine": 3, "n_zero_shot": 7, "refine_wanted": 3, "refine_short": 0, "note": ""}
+    assert mixed_rows(zero, refine, 0.3, 10, seed=0)[0] == rows  # deterministic
+    assert mixed_rows(zero, refine, 0.3, 10, seed=1)[0] != rows
+    assert len({json.dumps(r, sort_keys=True) for r in rows}) == 10  # no row twice
+    rows, info = mixed_rows(zero, refine, 0.8, 10, seed=0)  # 8 wanted, 6 in the pool
+    assert (info["n_refine"], info["n_zero_shot"], info["refine_short"]) == (6, 4, 2)
+    assert info["note"] == "the refinement pool holds 6 rows: 6 of the 8 wanted (0.8 x 10), the other 2 zero-shot"
+    assert [row_prompt_kind(r) for r in mixed_rows(zero, refine, 0.0, 5, 0)[0]] == ["zero_shot"] * 5
+    with pytest.raises(DatasetError, match="mixed rows: 12 zero-shot rows needed .* the zero-shot pool holds 10"):
+        mixed_rows(zero, [], 0.5, 12, 0)
+
+
+def test_env_on_a_refinement_row_adds_the_bonus_and_the_penalty(task, parent):
+    extras = refine_extras(task, parent, bonus=0.2, penalty=0.3)
+    env = HarnessLegalityEnv(extras=extras)
+    out = env.step(fenced(oracle_source()))
+    assert out["reward"] == pytest.approx(1.0 + 0.2)  # the oracle beats the parent's 0.6
+    m = env.get_metrics()
+    assert (m["child_reward"], m["improved"], m["identical"], m["refine"]) == (pytest.approx(1.0), 1.0, 0.0, 1.0)
+    assert m["reward"] == out["reward"] and m["parent_reward"] == pytest.approx(parent[0])
+    assert out["metadata"]["prompt_kind"] == "refine"
+    same = "def is_legal_action(state, action):\n    # nothing to fix\n    return True"
+    out = HarnessLegalityEnv(extras=extras).step(fenced(same))  # the parent again, a comment added
+    assert out["reward"] == pytest.approx(parent[0] - 0.3) and out["metadata"]["identical"] == 1.0
+    out = HarnessLegalityEnv(extras=extras).step(fenced("def is_legal_action(state, action):\n    return False"))
+    assert out["reward"] == pytest.approx(0.4) and out["metadata"]["improved"] == 0.0  # worse: plain reward
+    out = HarnessLegalityEnv(extras=extras).step("no code")
+    assert out["reward"] == 0.0 and out["metadata"]["identical"] == 0.0
+
+
+def test_zero_shot_metrics_mark_the_kind_and_carry_no_refinement_fields(extras):
+    env = HarnessLegalityEnv(extras=extras)
+    out = env.step(fenced(oracle_source()))
+    assert out["reward"] == pytest.approx(1.0) and out["metadata"]["prompt_kind"] == "zero_shot"
+    assert env.get_metrics()["refine"] == 0.0 and not {"improved", "identical", "child_reward"} & set(env.get_metrics())
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"prompt_kind": "refinement"}, r"prompt_kind='refinement', expected one of zero_shot, refine"),
+    ({"parent_reward": None}, "refinement row with parent_reward=None, expected a number"),
+    ({"parent_reward": 1.5}, r"parent_reward 1.5 outside \[0, 1\]"),
+])
+def test_a_refinement_row_the_env_cannot_score_is_refused_naming_the_row(task, parent, change, match):
+    extras = refine_extras(task, parent)
+    broken = {**extras, "extra_info": {**extras["extra_info"], **change}}
+    with pytest.raises(EnvRowError, match=f"row {task.task_id}: .*{match}"):
+        HarnessLegalityEnv(extras=broken)
+    info = {k: v for k, v in extras["extra_info"].items() if k != "identical_penalty"}
+    with pytest.raises(EnvRowError, match="lacks 'identical_penalty'"):
+        HarnessLegalityEnv(extras={**extras, "extra_info": info})

@@ -32,7 +32,7 @@ from harness.rewards import score_harness
 from harness.skyrl_main import MetricsLog, TrainingGuardError, group_stats, harness_generator_class
 from harness.training_data import ENV_CLASS, prepare_training_data, skyrl_row, write_parquet_rows
 from helpers import REWARD
-from skyrl_fakes import GARBAGE, ORACLE, TRUNCATED, FakeInferenceClient
+from skyrl_fakes import GARBAGE, ORACLE, TRUNCATED, FakeInferenceClient, fenced
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -244,3 +244,34 @@ def test_grpo_entrypoint_registers_the_env_inside_a_ray_worker_fake_gpu_trainer(
     sandbox_record = json.loads((tmp_path / "r3-ray" / "grpo" / "sandbox.json").read_text())
     assert sandbox_record["runs"].get("local", 0) >= 4  # written by the worker: which backend ran the rewards
     assert sys.modules.get("skyrl_fakes") is not None
+
+
+PARENT = "def is_legal_action(state, action):\n    return True\n"  # a real, weak parent
+
+
+def test_skyrl_generator_on_a_mixed_batch_scores_refinements_and_counts_prompt_kinds(rows, tokenizer, tmp_path):
+    """The refine and self arms' GRPO rows (zero-shot and refinement prompts in one parquet) through SkyRL's
+    own PromptDataset and SkyRLGymGenerator: the refinement row's reward has the improvement bonus and the
+    identical-child penalty, and harness/prompts_* counts the groups of each kind."""
+    from harness.failures import failures_to_show
+    from harness.training_data import refine_row
+
+    tasks, _ = rows
+    task = tasks[1]
+    parent = score_harness(PARENT, task.examples, REWARD.recall_weight, REWARD.timeout_s, sandbox=REWARD.sandbox)
+    refine = refine_row(task, PARENT, failures_to_show(parent, task.examples), parent.reward, REWARD, 0.2, 0.3,
+                        attempt=1, source={"harvest": "refine", "task_id": task.task_id, "node": 1})
+    path = write_parquet_rows([skyrl_row(tasks[0], REWARD), refine], tmp_path / "mixed.parquet")
+    cfg, batch, _ = skyrl_batch(path, tokenizer, n_samples=2)
+    out = asyncio.run(generator_with(cfg, tokenizer, [ORACLE, fenced(PARENT)]).generate(batch, disable_tqdm=True))
+    rewards = [sum(r) for r in out["rewards"]]
+    oracle = [score_harness(ORACLE.split("\n", 1)[1].rsplit("```", 1)[0], t.examples).reward for t in tasks]
+    # zero-shot row: plain rewards; refinement row: the oracle child beats the parent (+0.2), the parent
+    # unchanged is penalised (-0.3)
+    weak = score_harness(PARENT, tasks[0].examples).reward
+    assert rewards == pytest.approx([oracle[0], weak, oracle[1] + 0.2, parent.reward - 0.3])
+    metrics = out["rollout_metrics"]
+    assert metrics["harness/prompts_zero_shot"] == 1.0 and metrics["harness/prompts_refine"] == 1.0
+    # SkyRL averages each env metric over the samples that report it: zero-shot samples carry no refinement
+    # fields, so these are shares of the 2 refinement samples
+    assert metrics["environment/identical"] == pytest.approx(0.5) and metrics["environment/improved"] == 0.5
