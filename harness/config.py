@@ -133,8 +133,10 @@ KNOBS: tuple[Knob, ...] = (
           _choice("local", "skyrl")),
     _knob("harness_model", str, "smollm2-135m",
           "operator model: 'smollm2-135m' (embedded GGUF), an HF id, or a local HF directory"),
-    _knob("operator", str, "auto", "mutation operator: auto (hf locally, vllm on skyrl) | deterministic | hf | vllm | openai",
-          _choice("auto", "deterministic", "hf", "vllm", "openai")),
+    _knob("operator", str, "auto", "mutation operator: auto (hf locally, vllm on skyrl) | deterministic | hf | ct2 "
+          "(CTranslate2, CPU) | vllm | openai", _choice("auto", "deterministic", "hf", "ct2", "vllm", "openai")),
+    _knob("ct2_compute_type", str, "int8", "weights of the ct2 operator's CTranslate2 copy: int8 | int8_float32 | float32",
+          _choice("int8", "int8_float32", "float32")),
     _knob("harness_gold_threshold", float, 0.90, "balanced accuracy at which a harness is gold",
           _unit_open_closed()),
     _knob("reward_recall_weight", float, 0.2, "w in reward = (1-w)*balanced_accuracy + w*effective_recall",
@@ -256,6 +258,7 @@ OTHER_ENV = {
     "W8_GIT_SHA": "the git sha recorded where .git is absent (the launcher sends it to the node)",
     "W8_GCP_KEY_FILE": "the service-account JSON (.gcp-service-account.json)",
     "W8_CHROMIUM": "the Chromium executable of the harvest (/usr/bin/chromium)",
+    "W8_CT2_CACHE": "where the ct2 operator keeps its converted models (each step sets <run>/cache/ct2; else .w8-biayn/ct2)",
     "W8_FAKE_GPU_TRAINER": "tests only: the fake GPU trainer's result file (tests/fake_gpu)",
     "W8_TEST_SECRET": "tests only: a secret the sandbox must not leak",
 }
@@ -388,6 +391,9 @@ def check_together(values: Mapping[str, Any]) -> None:
     if values["gcp_iap"] and not values["gcp_vpc"]:
         raise ConfigError("W8_GCP_IAP=1 needs W8_GCP_VPC=<network>: the VPC whose firewall admits tcp:22 from IAP's "
                           "35.235.240.0/20 only (docs/gpu-launch.md)")
+    if values["operator"] == "ct2" and values["backend"] == "skyrl":
+        raise ConfigError("W8_OPERATOR=ct2 with W8_BACKEND=skyrl: the ct2 operator is for CPUs; the GPU node "
+                          "searches with vllm (W8_OPERATOR=auto)")
     if values["refine_arm"] and values["harness_sft_steps"] == 0:
         raise ConfigError("W8_REFINE_ARM=1 with W8_HARNESS_SFT_STEPS=0: the refine arm starts from the SFT warm-start")
     if values["num_nodes"] > 1 and values["backend"] != "skyrl":
@@ -406,5 +412,5 @@ def load_config_or_exit(argv: Sequence[str] | None = None, parser: argparse.Argu
 def knob_table_markdown() -> str:
     """The knob table as Markdown (the README embeds this)."""
     rows = ["| env var | default | meaning |", "|---|---|---|"]
-    rows += [f"| `{k.env}` | `{k.default}` | {k.doc} |" for k in KNOBS]
+    rows += [f"| `{k.env}` | `{k.default}` | {k.doc.replace('|', chr(92) + '|')} |" for k in KNOBS]  # \| in a cell
     return "\n".join(rows)

@@ -1,13 +1,13 @@
 """Mutation operators: a zero-shot harness for a task, or a refinement of one, as raw model text.
 
     from harness.operators import make_operator, operator_from_config
-    op = make_operator("deterministic")              # or "hf", "vllm", "openai"
+    op = make_operator("deterministic")              # or "hf", "ct2", "vllm", "openai"
     gen = op.zero_shot(task, seed=0)                 # gen.text (raw), gen.prompt_tokens, gen.completion_tokens
     gen = op.refine(task, code, failures, seed=1)    # failures: harness.rewards.Failure, up to five shown
 
 Every LLM operator asks with the prompts of harness.prompts and returns raw text plus
 token counts; taking the code out of the text is harness.interface's job, done by the
-caller. The LLM operators (hf: transformers, vllm: in-process vLLM, openai: any
+caller. The LLM operators (hf: transformers, ct2: CTranslate2 on CPU, vllm: in-process vLLM, openai: any
 OpenAI-compatible endpoint over plain HTTP) import their libraries only when built.
 `deterministic` uses no model: it composes rules from harness.rules, for tests and smoke runs.
 """
@@ -188,6 +188,77 @@ class HFOperator(ChatOperator):
         return int(ends[0, 0]) + 1 if len(ends) else int(new.shape[0])
 
 
+class CT2Operator(ChatOperator):
+    """CTranslate2 (harness.ct2: the HF model converted once, int8 by default) + the HF tokenizer's chat template.
+
+    For the CPU: on 2 cores it decodes faster than the hf operator's float32 torch (scripts/bench_engines.py).
+    Every request gets its own ctranslate2.Generator (~0.1 s to build from the converted folder): CTranslate2
+    seeds a thread's random generator once, at its first use (src/random.cc: a thread_local std::mt19937
+    from the seed set last), so only a fresh worker thread honours ctranslate2.set_random_seed. An answer
+    then depends on its request and seed alone, not on the round or the requests before it: the same
+    seeds give the same programs on rerun and after a resume, on the same machine and library versions.
+    Temperature 0 decodes greedily; otherwise it samples from the whole vocabulary (top-k 0, top-p 1),
+    the same distribution the hf operator samples from (its weights quantized unless compute_type float32).
+    """
+
+    name = "ct2"
+
+    def __init__(self, model: str, max_new_tokens: int = 512, temperature: float = 0.0, compute_type: str = "int8"):
+        super().__init__(max_new_tokens, temperature)
+        from transformers import AutoTokenizer
+
+        from harness.ct2 import CT2Error, ct2_model_dir
+
+        self.model, self.compute_type = model, compute_type
+        path = resolve_model_path(model)
+        quiet_transformers()
+        start = time.perf_counter()
+        try:
+            self.ct2_dir = ct2_model_dir(path, compute_type)
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self._generator(0)  # the copy loads: a damaged one fails here, not mid-search
+        except CT2Error as err:
+            raise OperatorError(str(err)) from None
+        except Exception as err:  # a damaged copy or tokenizer: one line
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            raise OperatorError(f"model {path}: CTranslate2 cannot load it ({type(err).__name__}: {first}); its "
+                                f"converted copy is {getattr(self, 'ct2_dir', '?')}: delete it to convert again") from None
+        self.load_s = time.perf_counter() - start  # conversion (first use) + load
+
+    def _generator(self, seed: int):
+        """A fresh Generator whose worker thread seeds its sampler with `seed` (see the class docstring)."""
+        import ctranslate2
+
+        ctranslate2.set_random_seed(int(seed) % 2**32)
+        return ctranslate2.Generator(str(self.ct2_dir), device="cpu", compute_type=self.compute_type)
+
+    def sampling(self) -> dict[str, Any]:
+        if self.temperature <= 0:
+            return {"sampling_topk": 1}
+        return {"sampling_topk": 0, "sampling_topp": 1.0, "sampling_temperature": self.temperature}
+
+    def describe(self) -> dict[str, Any]:
+        """Engine, weights and sampling, so the compare refuses arms that decoded differently."""
+        sampling = self.sampling()
+        return {**super().describe(), "dtype": self.compute_type, "generation_config": "ct2",
+                "do_sample": self.temperature > 0, "top_p": sampling.get("sampling_topp"),
+                "top_k": sampling["sampling_topk"]}
+
+    def complete_batch(self, batch: list[list[dict[str, str]]], seeds: list[int]) -> list[Generation]:
+        return [self._one(messages, seed) for messages, seed in zip(batch, seeds)]
+
+    def _one(self, messages: list[dict[str, str]], seed: int) -> Generation:
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                 return_dict=False)
+        [result] = self._generator(seed).generate_batch(
+            [self.tokenizer.convert_ids_to_tokens(ids)], max_length=self.max_new_tokens,
+            include_prompt_in_result=False, end_token=self.tokenizer.eos_token, return_end_token=True,
+            **self.sampling())
+        new = result.sequences_ids[0]
+        text = self.tokenizer.decode(new, skip_special_tokens=True)
+        return Generation(text, len(ids), len(new))
+
+
 # The engine settings SkyRL's own vLLM servers use (skyrl/backends/skyrl_train/inference_servers/
 # utils.py, build_vllm_cli_args): bf16 weights (InferenceEngineConfig.model_dtype) and vLLM's own
 # generation defaults instead of the model's generation_config.json. The frozen and the trained
@@ -299,11 +370,11 @@ def _fence(code: str) -> str:
     return "```python\n" + code + "```\n"
 
 
-OPERATORS = ("deterministic", "hf", "vllm", "openai")
+OPERATORS = ("deterministic", "hf", "ct2", "vllm", "openai")
 
 
 def make_operator(name: str, model: str = "", backend: str = "local", max_new_tokens: int = 512,
-                  temperature: float = 0.0, base_url: str = "") -> Operator:
+                  temperature: float = 0.0, base_url: str = "", ct2_compute_type: str = "int8") -> Operator:
     """Build an operator by name; "auto" is hf on the local backend and vllm on skyrl."""
     if name == "auto":
         name = "vllm" if backend == "skyrl" else "hf"
@@ -311,6 +382,8 @@ def make_operator(name: str, model: str = "", backend: str = "local", max_new_to
         return DeterministicOperator()
     if name == "hf":
         return HFOperator(model, max_new_tokens, temperature)
+    if name == "ct2":
+        return CT2Operator(model, max_new_tokens, temperature, ct2_compute_type)
     if name == "vllm":
         return VLLMOperator(model, max_new_tokens, temperature)
     if name == "openai":
@@ -323,4 +396,4 @@ def make_operator(name: str, model: str = "", backend: str = "local", max_new_to
 def operator_from_config(cfg: Any) -> Operator:
     """make_operator with the knobs operator, harness_model, backend, operator_* ."""
     return make_operator(cfg.operator, cfg.harness_model, cfg.backend, cfg.operator_max_new_tokens,
-                         cfg.operator_temperature, cfg.operator_base_url)
+                         cfg.operator_temperature, cfg.operator_base_url, cfg.ct2_compute_type)
