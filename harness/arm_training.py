@@ -46,7 +46,8 @@ SFT_TARGETS = ("oracle", "compact")
 def harvest(cfg: Any, run_dir: Path, name: str, model: str) -> dict[str, Any]:
     """<run>/harvest/<name>.json, searched in its own process (`python -m harness.harvest`) unless it is there."""
     path = harvest_file(run_dir, name)
-    if not path.is_file():
+    cached = path.is_file()  # a harvest run here prints its own closing line
+    if not cached:
         cmd = [sys.executable, "-m", "harness.harvest", str(run_dir), name, str(model)]
         with subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               bufsize=1) as proc:
@@ -57,7 +58,8 @@ def harvest(cfg: Any, run_dir: Path, name: str, model: str) -> dict[str, Any]:
         if proc.returncode != 0:
             raise StepError(f"harvest {name} failed (exit {proc.returncode}): {last_error or 'see above'}")
     result = load_harvest(run_dir, name)
-    print(harvest_line(result), flush=True)
+    if cached:
+        print(harvest_line(result), flush=True)
     return result
 
 
