@@ -70,6 +70,27 @@ def _load(model_path: str):
     return model, tokenizer
 
 
+def on_cpu() -> bool:
+    """The embedded trainer trains on CUDA when a GPU is there (scripts/gpu_checks.sh), else on the CPU."""
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def count_generate_calls(model) -> list[int]:
+    """Wrap model.generate so that every call appends its batch size (rows of input_ids) to the returned list."""
+    sizes: list[int] = []
+    generate = model.generate
+
+    def counted(*args, **kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        sizes.append(int(ids.shape[0]) if ids is not None else 0)
+        return generate(*args, **kwargs)
+
+    model.generate = counted
+    return sizes
+
+
 def _start(model_path: str, out_dir: Path, steps: int) -> tuple[str, int, TrainResult | None]:
     """Resume point: (model to start from, steps already done, result if nothing is left to do)."""
     done = newest_export_step(out_dir)
@@ -168,7 +189,7 @@ def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: i
     with scratch_dir(out_dir) as scratch:
         args = SFTConfig(output_dir=scratch, max_steps=steps - done, per_device_train_batch_size=hp.sft_batch,
                          learning_rate=hp.sft_lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-                         logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=seed,
+                         logging_steps=1, save_strategy="no", report_to=[], use_cpu=on_cpu(), seed=seed,
                          max_length=None, completion_only_loss=True, dataloader_num_workers=0,
                          gradient_checkpointing=gradient_checkpointing, disable_tqdm=True, bf16=False, fp16=False)
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
@@ -254,6 +275,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
     check_skyrl_parquet(data.train_parquet)
     dataset = load_dataset("parquet", data_files=str(data.train_parquet), split="train")
     model, tokenizer = _load(start_path)
+    generate_batches = count_generate_calls(model)
     _warn_if_answer_is_cut(tokenizer, data, max_completion_length)
     reward = EnvReward()
     log: list[dict[str, Any]] = _prior_steps(out_dir) if done else []
@@ -282,7 +304,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                           num_generations=hp.group_size, max_completion_length=max_completion_length,
                           learning_rate=hp.grpo_lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
                           beta=hp.kl_coef, temperature=hp.grpo_temperature, logging_steps=1, save_strategy="no",
-                          report_to=[], use_cpu=True, seed=seed, shuffle_dataset=True,
+                          report_to=[], use_cpu=on_cpu(), seed=seed, shuffle_dataset=True,
                           dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False,
                           gradient_checkpointing=gradient_checkpointing, bf16=False, fp16=False)
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
@@ -294,5 +316,8 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
     meta = {"model": shown_path(model_path, Path(out_dir).parent), "steps": steps, "group_size": hp.group_size, "lr": hp.grpo_lr,
             "beta": hp.kl_coef, "temperature": hp.grpo_temperature, "max_completion_length": max_completion_length,
             "train_rows": data.n_train, "reward_calls": reward.calls,
+            # TRL generates a step's whole generation batch (per_device 1 x accumulation = the group) in one
+            # generate call: these record it, per call, so a run shows its groups were generated batched
+            "generate_calls": len(generate_batches), "generate_batch_sizes": sorted(set(generate_batches)),
             "reward_seconds": round(reward.seconds, 2)}
     return TrainResult(policy, steps, write_metrics(out_dir, "grpo", log, meta))

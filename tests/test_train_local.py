@@ -134,6 +134,8 @@ def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2)
     grpo = train_grpo(str(sft.policy_dir), tmp_path / "grpo", data, 1, 32, hp)
     step = json.loads(grpo.metrics_path.read_text())["steps"][-1]
     assert step["reward_std"] > 0, "no reward variance in the group: the step could not learn"
+    record = json.loads(grpo.metrics_path.read_text())
+    assert (record["generate_calls"], record["generate_batch_sizes"]) == (1, [8]), "the group is one generate call"
     before = load_file(str(sft.policy_dir / "model.safetensors"))
     after = load_file(str(grpo.policy_dir / "model.safetensors"))
     assert any(not torch.equal(before[k], after[k]) for k in before)
