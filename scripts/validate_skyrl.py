@@ -11,7 +11,8 @@ plan, one token budget, paths) for each cluster shape `<accelerator>x<nodes>`, a
 with SkyRL's own config classes and start-up checks (SkyRLTrainConfig.from_cli_overrides +
 validate_cfg, SFTConfig + validate_sft_cfg + the SFT trainer's batch check), plus dataset
 size vs train_batch_size, the longest real prompt vs max_prompt_length and
-max_generate_length vs W8_OPERATOR_MAX_NEW_TOKENS. Several-node shapes get a placeholder
+max_generate_length vs W8_OPERATOR_MAX_NEW_TOKENS; with the refine or self arm, their GRPO render
+on a mixed parquet of zero-shot and refinement rows (stand-in parents, see refine_stand_in). Several-node shapes get a placeholder
 bucket (they need W8_BUCKET). Each shape's two override lists are written to --out, one
 override a line. The model is W8_HARNESS_MODEL when it names a GPU model, else
 Qwen/Qwen2.5-Coder-1.5B-Instruct. Exits 1 with the reason on the last stderr line. Ends with
@@ -54,6 +55,45 @@ def default_shapes(cfg) -> list[tuple[str, int]]:
     return list(dict.fromkeys(shapes))
 
 
+def refine_stand_in(cfg, data, out: Path):
+    """The refine and self arms' mixed GRPO parquet as step 03 writes it, with a stand-in for the harvest: every
+    refinement row's parent is the oracle program (the longest program the search has, ~1.3k Qwen tokens) with
+    the failures of an always-legal program on its task, so the rendered max_prompt_length holds a long parent
+    and the most failures a refinement prompt shows. The real rows come from searches on train pages (step 03)."""
+    import dataclasses
+
+    from harness.failures import failures_to_show
+    from harness.oracle import oracle_source
+    from harness.rewards import RewardKnobs, score_harness
+    from harness.training_data import mixed_rows, refine_row, skyrl_row, train_tasks, write_parquet_rows
+
+    reward = RewardKnobs.from_config(cfg)
+    tasks = train_tasks(cfg.train_count, cfg.train_examples_per_obs)
+    weak = "def is_legal_action(state, action):\n    return True\n"
+    refine = []
+    for task in tasks[: max(1, cfg.harvest_tasks)]:
+        score = score_harness(weak, task.examples, reward.recall_weight, reward.timeout_s, sandbox="local")
+        refine.append(refine_row(task, oracle_source(), failures_to_show(score, task.examples), score.reward, reward,
+                                 cfg.refine_improvement_bonus, cfg.refine_identical_penalty,
+                                 source={"harvest": "dry-run stand-in", "task_id": task.task_id}))
+    pool = [refine[i % len(refine)] for i in range(cfg.train_count)]
+    rows, mix = mixed_rows([skyrl_row(t, reward) for t in tasks], pool, cfg.refine_share, cfg.train_count, 0)
+    path = write_parquet_rows(rows, out / "refine-data" / "train.parquet")
+    return dataclasses.replace(data, train_parquet=path, n_train=len(rows)), mix
+
+
+def validate_refine(cfg, model: str, data, out: Path) -> str:
+    """The refine/self arms' GRPO render (one node of the knobs' shape) on their mixed parquet, through SkyRL's checks."""
+    mixed, mix = refine_stand_in(cfg, data, out)
+    lengths = measure_lengths(model, mixed)
+    rendered = render_all(cfg, model, out / "run", data_dir=None, lengths=lengths, grpo_name="refine", data=mixed)
+    write_overrides(out / "skyrl_grpo_overrides-refine.txt", rendered.grpo)
+    s = validate_overrides(rendered.grpo, rendered.sft, lengths, cfg.operator_max_new_tokens)
+    return (f"refine/self GRPO on the mixed parquet ({mix['n_refine']} refinement + {mix['n_zero_shot']} zero-shot "
+            f"rows, share {cfg.refine_share}; stand-in parents: the oracle program): max_prompt_length "
+            f"{s['max_prompt_length']}, batch {s['train_batch_size']}/{s['mini_batch']}/{s['micro']}")
+
+
 def validate_shape(cfg, model: str, acc: str, nodes: int, lengths, data_dir, out: Path, extra: list[str]) -> str:
     shaped = cfg.replace(accelerators=acc, num_nodes=nodes, bucket=cfg.bucket or (PLACEHOLDER_BUCKET if nodes > 1
                                                                                    else ""))
@@ -86,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         lengths = measure_lengths(model, data)
         lines = [validate_shape(cfg, model, acc, nodes, lengths, args.data_dir, args.out, args.extra)
                  for acc, nodes in shapes]
+        if cfg.refine_arm or cfg.self_arm:
+            lines.append(validate_refine(cfg, model, data, args.out))
     except (ConfigError, SkyRLConfigError, DatasetError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
