@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from harness.ct2 import CT2Error, ct2_model_dir
 from harness.exports import quiet_transformers
 from harness.models import ModelError, resolve_model
 from harness.prompts import MAX_FAILURES, build_refine_prompt, build_zero_shot_prompt
@@ -206,8 +207,6 @@ class CT2Operator(ChatOperator):
     def __init__(self, model: str, max_new_tokens: int = 512, temperature: float = 0.0, compute_type: str = "int8"):
         super().__init__(max_new_tokens, temperature)
         from transformers import AutoTokenizer
-
-        from harness.ct2 import CT2Error, ct2_model_dir
 
         self.model, self.compute_type = model, compute_type
         path = resolve_model_path(model)
