@@ -10,7 +10,7 @@ refine: the SFT export searches train pages (a harvest); its refinement requests
 self:   no answer key anywhere. Round r (1..W8_SELF_ROUNDS): the round's model (the base model,
         then the previous round's) searches train pages, the reward keeps its best programs
         (harness.harvest.kept_programs: gold ones, else the top quarter above the base model's
-        median reward), and the BASE model is fine-tuned on them (rejection sampling as ReST-EM
+        median reward and above a constant answer's balanced accuracy of 0.5), and the BASE model is fine-tuned on them (rejection sampling as ReST-EM
         does: always from the base, on the latest round's programs). Then the last model
         harvests once more for its refinement prompts, and GRPO on the mixed rows starts from it.
         Every training row's source (harvest, task, node, reward) goes to <run>/self_data.json,
@@ -126,7 +126,8 @@ def write_self_data(run_dir: Path, status: str, rounds: list[dict[str, Any]], ro
                               "harvests": harvests,
                               "n_rows": len(rows), "rows": rows,
                               "rule": "gold programs if any, else the top quarter by reward strictly above the base "
-                                      "model's median; rows always from harvest search nodes, never the oracle"})
+                                      "model's median and with balanced accuracy above a constant answer's 0.5; "
+                                      "rows always from harvest search nodes, never the oracle"})
 
 
 def harvest_summary(harvest_: dict[str, Any]) -> dict[str, Any]:

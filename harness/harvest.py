@@ -16,8 +16,8 @@ What a harvest gives:
   the refine and self arms' GRPO trains on (EvoTune and ThetaEvolve train on the search's own
   prompts), each with its source (harvest, task, node, parent, model);
 - kept programs: the programs the reward ranks best (gold ones if any; else the top quarter by
-  reward, above a floor such as the base model's median), for rejection-sampling fine-tuning
-  (ReST-EM) of the self arm. The reward is the only judge: no answer key enters.
+  reward, above a floor such as the base model's median, and better than a constant answer), for
+  rejection-sampling fine-tuning (ReST-EM) of the self arm. The reward is the only judge: no answer key enters.
 
 Each harvest search saves its state after every node (<run>/harvest/<NAME>/), so a killed
 harvest resumes; the harvest runs in its own process so its model leaves memory before training.
@@ -43,6 +43,10 @@ from harness.search import SearchKnobs, SearchSpec, SearchStateError, run_search
 
 HARVEST_SEED_START = 1000  # train-task seeds of harvests: far after the GRPO (0..W8_TRAIN_COUNT-1) and SFT rows'
 KEEP_TOP_SHARE = 0.25  # without a gold program, the self arm keeps the top quarter by reward
+# A program that gives every action the same answer (`return True`, `return False`, `return action in (None,)`)
+# has balanced accuracy exactly 0.5 whatever the page: a kept program must beat that, or rejection sampling
+# teaches the model a constant (found in results/study-b4-self-20261206: every kept program answered False)
+CONSTANT_BALANCED_ACCURACY = 0.5
 
 
 def harvest_tasks(cfg: Config) -> list[Task]:
@@ -167,13 +171,16 @@ def median_reward(harvest: dict[str, Any]) -> float:
 
 
 def kept_programs(harvest: dict[str, Any], floor: float) -> list[KeptProgram]:
-    """The programs to fine-tune on: every gold one if any; else valid programs in the top quarter by reward
-    and strictly above `floor` (the base model's median reward). One row per distinct (task, program)."""
+    """The programs to fine-tune on: every gold one if any; else, among the valid programs that tell legal from
+    illegal better than a constant answer (balanced accuracy above CONSTANT_BALANCED_ACCURACY), the top quarter
+    by reward, strictly above `floor` (the base model's median reward). One row per distinct (task, program)."""
     nodes = [(t, n) for t in harvest["traces"] for n in t["nodes"] if n["valid"] and n["code"].strip()]
     gold = [(t, n) for t, n in nodes if n["gold"]]
     if gold:
         chosen = gold
     else:
+        # a constant answer is no candidate at all: it neither is kept nor takes a place in the top quarter
+        nodes = [(t, n) for t, n in nodes if n.get("balanced_accuracy", 0.0) > CONSTANT_BALANCED_ACCURACY + 1e-9]
         rewards = sorted((n["reward"] for _, n in nodes), reverse=True)
         if not rewards:
             return []

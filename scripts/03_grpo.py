@@ -102,8 +102,10 @@ def train_refine(cfg, run_dir: Path) -> tuple[str, dict]:
     found = harvest(cfg, run_dir, "refine", str(sft))
     data, mix = mixed_training_data(cfg, run_dir, "refine", training_data_for(cfg, run_dir / "data"), [found])
     print(f"[{STEP}] refine: {mix_line(mix)}", flush=True)
+    start = time.monotonic()
     info = train(cfg, str(sft), run_dir, "refine", data)
-    return str(sft), {**info, "mix": mix, "harvests": [harvest_summary(found)]}
+    return str(sft), {**info, "mix": mix, "harvests": [harvest_summary(found)],
+                      "trainer_wall_s": round(time.monotonic() - start, 1)}
 
 
 def mix_line(mix: dict) -> str:
@@ -118,6 +120,7 @@ def train_self(cfg, run_dir: Path) -> tuple[str | None, dict]:
     current = harvest(cfg, run_dir, "self-r1", base)
     floor = median_reward(current)
     model, rounds, rows, harvests = base, [], [], [harvest_summary(current)]
+    trainer_s = 0.0  # the fine-tunes' and GRPO's wall time, without the harvests (their own wall_s)
     for k in range(1, cfg.self_rounds + 1):
         data, sources = self_round_rows(cfg, run_dir, k, current, floor)
         rounds.append({"round": k, "harvest": current["name"], "kept": len(sources),
@@ -127,21 +130,26 @@ def train_self(cfg, run_dir: Path) -> tuple[str | None, dict]:
                   f"{current['nodes']} nodes, best reward {current['best_reward']}, floor {floor:.3f})", flush=True)
             break
         rows += sources
+        start = time.monotonic()
         model = rft(cfg, base, run_dir, f"self_rft{k}", data)
+        trainer_s += time.monotonic() - start
         current = harvest(cfg, run_dir, f"self-r{k + 1}", model)
         harvests.append(harvest_summary(current))
     if model == base:
         write_self_data(run_dir, "no training data", rounds, rows, floor, harvests)
         print(f"[{STEP}] self: no training data: no harvest program above the base model's median reward "
-              f"{floor:.3f}; the self arm is not trained", flush=True)
+              f"{floor:.3f} that beats a constant answer (balanced accuracy above 0.5); the self arm is not "
+              "trained", flush=True)
         return None, {"status": "no training data", "rounds": rounds, "harvests": harvests}
     data, mix = mixed_training_data(cfg, run_dir, "self", training_data_for(cfg, run_dir / "data"), [current],
                                     forbid_oracle=True)
     rows += [{"kind": "grpo_refinement_prompt", "round": "grpo", **source} for source in mix["refine_sources"]]
     write_self_data(run_dir, "trained", rounds, rows, floor, harvests)
     print(f"[{STEP}] self: {mix_line(mix)}", flush=True)
+    start = time.monotonic()
     info = train(cfg, model, run_dir, "self", data)
-    return model, {**info, "mix": mix, "rounds": rounds, "harvests": harvests}
+    return model, {**info, "mix": mix, "rounds": rounds, "harvests": harvests,
+                   "trainer_wall_s": round(trainer_s + time.monotonic() - start, 1)}
 
 
 def body(cfg, run_dir: Path, args) -> StepResult:

@@ -162,7 +162,14 @@ def training_ledger(run_dir: Path, arm: str) -> dict:
     nodes = sum(h.get("nodes", 0) for h in harvests)
     return {"grpo_generations": grpo, "harvest_generations": nodes, "training_generations": grpo + nodes,
             "harvest_wall_s": round(sum(h.get("wall_s", 0.0) for h in harvests), 1),
-            "sft_wall_s": round(sft_wall, 1), "train_wall_s": round(metrics.get("train_wall_s", 0.0), 1)}
+            "sft_wall_s": round(sft_wall, 1), "train_wall_s": trainer_wall(metrics)}
+
+
+def trainer_wall(metrics: dict) -> float:
+    """The training's own wall time, harvests excluded (their search time is harvest_wall_s): `trainer_wall_s`
+    where step 03 recorded it; else (runs before it did) the arm's wall time in step 03's last invocation,
+    which also holds any harvest that invocation searched rather than found saved."""
+    return round(metrics.get("trainer_wall_s", metrics.get("train_wall_s", 0.0)), 1)
 
 
 def ledger(run_dir: Path, result: dict, planned: dict) -> dict:
@@ -178,14 +185,14 @@ def ledger(run_dir: Path, result: dict, planned: dict) -> dict:
 
 def ledger_lines(book: dict, n_tasks: int) -> list[str]:
     lines = ["| arm | search nodes | tokens generated in search | sandbox evaluations | search wall s | training "
-             "generations (GRPO + harvest) | planned | training wall s (of which harvest) | total generations per "
-             "task |", "|---|---|---|---|---|---|---|---|---|"]
+             "generations (GRPO + harvest) | planned | training wall s (fine-tunes + GRPO) | harvest wall s | total "
+             "generations per task |", "|---|---|---|---|---|---|---|---|---|---|"]
     for arm, e in book.items():
         total = (e["search_generations"] + e["training_generations"]) / max(1, n_tasks)
         train = (f"{e['training_generations']} ({e.get('grpo_generations', 0)} + {e.get('harvest_generations', 0)})"
                  if "grpo_generations" in e else str(e["training_generations"]))
-        wall = (f"{e.get('sft_wall_s', 0) + e.get('train_wall_s', 0):.0f} ({e.get('harvest_wall_s', 0):.0f})"
-                if "train_wall_s" in e else "-")
+        wall = (f"{e.get('sft_wall_s', 0) + e.get('train_wall_s', 0):.0f} | {e.get('harvest_wall_s', 0):.0f}"
+                if "train_wall_s" in e else "- | -")
         lines.append(f"| {arm} | {e['search_generations']} | {e['completion_tokens']} | {e['sandbox_evaluations']} | "
                      f"{e['search_wall_s']:.0f} | {train} | {e['planned_training_generations']} | {wall} | "
                      f"{total:.1f} |")
@@ -203,7 +210,7 @@ def missing_lines(run_dir: Path, planned: list[str], present: list[str]) -> list
         data = json.loads((run_dir / "self_data.json").read_text()) if arm == "self" and \
             (run_dir / "self_data.json").is_file() else {}
         why = (f"{data['status']}: the harvests kept no program above the base model's median reward "
-               f"{data.get('base_median_reward')}" if data.get("status") == "no training data" else
+               f"{data.get('base_median_reward')} that beats a constant answer" if data.get("status") == "no training data" else
                "no finished trace file (its searches are incomplete or its training has no export): resume the run")
         lines.append(f"- `{arm}`: {why}")
     return lines or ["- none: every planned arm has a finished trace"]

@@ -18,12 +18,14 @@ BETTER = "def is_legal_action(state, action):\n    return action.startswith('cli
 
 
 def harvest_of(task, nodes):
-    """A harvest record as harness.harvest writes it: one train-page search whose nodes are given."""
+    """A harvest record as harness.harvest writes it: one train-page search whose nodes are given as
+    (reward, valid, gold, code[, balanced accuracy]); the balanced accuracy defaults to 0.75."""
     return {"name": "self-r1", "model": "smollm2-135m",
             "traces": [{"task": {"task_id": task.task_id, "split": "train", "seed": task.seed,
                                  "examples_per_obs": len(task.examples), "examples_hash": task.examples_hash},
-                        "nodes": [{"index": i, "parent": None if i == 0 else 0, "reward": r, "valid": v, "gold": g,
-                                   "code": c, "failures": [], "shown": []} for i, (r, v, g, c) in enumerate(nodes)]}]}
+                        "nodes": [{"index": i, "parent": None if i == 0 else 0, "reward": n[0], "valid": n[1],
+                                   "gold": n[2], "code": n[3], "balanced_accuracy": (n + (0.75,))[4],
+                                   "failures": [], "shown": []} for i, n in enumerate(nodes)]}]}
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +50,17 @@ def test_gold_programs_win_else_the_top_quarter_above_the_base_median(task):
     assert kept_programs(harvest, floor=0.7) == []  # nothing strictly above the floor
     gold = harvest_of(task, nodes + [(0.95, True, True, BETTER + "# gold")])
     assert [k.gold for k in kept_programs(gold, floor=0.99)] == [True]  # gold counts whatever the floor
+
+
+def test_a_constant_answer_is_never_kept_however_high_its_reward(task):
+    # the composite reward pays a constant answer: `return True` scores 0.6 (balanced accuracy 0.5, recall 1),
+    # `return False` 0.4; above a median of 0 and at the top of the harvest, it still teaches nothing
+    always_false = "def is_legal_action(state, action):\n    return action in (None, 'None')\n"
+    harvest = harvest_of(task, [(0.6, True, False, WEAK, 0.5), (0.4, True, False, always_false, 0.5),
+                                (0.0, False, False, "")] * 3)
+    assert median_reward(harvest) == pytest.approx(0.4) and kept_programs(harvest, floor=0.0) == []
+    better = harvest_of(task, [(0.6, True, False, WEAK, 0.5), (0.52, True, False, BETTER, 0.583)])
+    assert [k.code for k in kept_programs(better, floor=0.0)] == [BETTER]  # lower reward, but it discriminates
 
 
 def test_a_round_that_keeps_nothing_gives_no_data_and_a_kept_one_points_at_its_rows(task, tmp_path):
