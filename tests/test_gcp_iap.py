@@ -41,6 +41,7 @@ def test_check_firewall_on_fake_gcp_firewall_listings(fake_gcp_firewall, problem
 
 
 @needs_sky_env
+@pytest.mark.slow  # over 5 s on 2 cores: runs in make test-slow
 def test_the_iap_config_passes_skypilots_schema_and_a_bad_one_is_named(tmp_path):
     good = tmp_path / "iap.yaml"
     good.write_text(json.dumps(gcp_iap.sky_config("w8-iap", "demo-project", tmp_path / "key.json", tmp_path / "gc")))

@@ -152,6 +152,7 @@ def test_the_node_requirements_pass_and_pin_what_requirements_txt_pins():
 
 
 # ---- uv pip compile: both stages ------------------------------------------------------------------------
+@pytest.mark.slow  # over 5 s on 2 cores: runs in make test-slow
 def test_check_compiles_skyrls_env_and_our_additions_on_top(checked):
     proc, out = checked
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -178,6 +179,7 @@ def test_a_torch_pin_is_stopped_by_the_static_check(spec, tmp_path):
     assert not (tmp_path / "out").exists()  # nothing compiled
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: runs in make test-slow
 def test_a_torch_pin_past_the_static_check_fails_stage_two_naming_torch(checked, tmp_path):
     """What the node's `uv pip install -c` would hit: SkyRL's torch cannot be moved."""
     requirements = write(tmp_path / "requirements-node.txt", "torch==2.14.1\n")
@@ -187,6 +189,7 @@ def test_a_torch_pin_past_the_static_check_fails_stage_two_naming_torch(checked,
     assert not (tmp_path / "node-env-stage2.txt").exists()
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: runs in make test-slow
 def test_daytona_from_requirements_txt_does_not_fit_skyrls_env(checked, tmp_path):
     requirements = write(tmp_path / "requirements-node.txt", "daytona==0.226.1\n")
     with pytest.raises(NodeEnvError, match="pydantic"):

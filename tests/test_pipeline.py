@@ -192,6 +192,7 @@ def test_run_r3_never_prints_the_daytona_key(fake_pipeline):
 
 
 # ---- damaged outputs, concurrent runs, storage, the resume hint (issue 20) -----------------------
+@pytest.mark.slow  # over 5 s on 2 cores: runs in make test-slow
 def test_a_truncated_trace_is_named_redone_and_never_published(fake_pipeline):
     env, tmp = fake_pipeline
     assert run_r3(env).returncode == 0
@@ -220,6 +221,7 @@ def test_a_redone_step_with_new_outputs_drops_the_markers_of_the_steps_that_used
     assert pipeline.step_is_done(tmp_path, "01_frozen_trace") and not pipeline.step_is_done(tmp_path, "03_grpo")
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: runs in make test-slow
 def test_a_second_process_on_a_locked_run_exits_at_once_naming_it(fake_pipeline):
     env, tmp = fake_pipeline
     run_dir = tmp / "runs" / "r3-fake"
@@ -265,6 +267,7 @@ def test_a_read_only_results_root_is_found_before_step_01(fake_pipeline, unwrita
     assert "Traceback" not in proc.stderr and step_calls(tmp) == []
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: runs in make test-slow
 def test_the_printed_resume_hint_resumes_as_printed(fake_pipeline):
     env, tmp = fake_pipeline
     env = {**env, "W8_PRESET": "smoke", "W8_RESULTS_ROOT": str(tmp / "smoke-results")}

@@ -29,6 +29,7 @@ def step(name: str, env: dict, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: runs in make test-slow
 def test_steps_01_04_05_for_real(step_env):
     env, run_dir = step_env
     early = step("05_compare", {**env, "W8_SANDBOX": "local"})
