@@ -32,7 +32,7 @@ from harness.metrics import write_metrics
 from harness.files import shown_path
 from harness.models import check_model_dir
 from harness.sandbox_protocol import SandboxError
-from harness.training_data import TrainingData, check_skyrl_parquet
+from harness.training_data import PROMPT_KINDS, TrainingData, check_skyrl_parquet, row_prompt_kind
 
 @dataclass
 class TrainResult:
@@ -226,11 +226,13 @@ class EnvReward:
     def __init__(self):
         self.seconds = 0.0
         self.calls = 0
+        self.kinds = dict.fromkeys(PROMPT_KINDS, 0)  # samples scored per prompt kind (zero_shot, refine), cumulative
 
     def __call__(self, prompts, completions, reward_spec, extra_info, log_metric=None, **kwargs):
         start = time.monotonic()
         rewards, valid, bacc, failed, reason = [], [], [], 0, ""
         for completion, spec, info in zip(completions, reward_spec, extra_info):
+            self.kinds[row_prompt_kind({"extra_info": info})] += 1
             text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
             env = HarnessLegalityEnv(extras={"reward_spec": spec, "extra_info": info})
             out = env.step(text)
@@ -279,7 +281,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
     _warn_if_answer_is_cut(tokenizer, data, max_completion_length)
     reward = EnvReward()
     log: list[dict[str, Any]] = _prior_steps(out_dir) if done else []
-    clock = {"t": time.monotonic(), "reward_s": 0.0}
+    clock = {"t": time.monotonic(), "reward_s": 0.0, "kinds": dict(reward.kinds)}
 
     class StepLog(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -287,13 +289,16 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                 return
             now = time.monotonic()
             scoring = reward.seconds - clock["reward_s"]
+            # the step's prompts by kind: its samples of each kind / the group (every sample of a group shares a row)
+            prompts = {f"prompts_{kind}": (reward.kinds[kind] - clock["kinds"][kind]) / hp.group_size
+                       for kind in PROMPT_KINDS}
             log.append({"step": done + state.global_step, "reward_mean": logs.get("reward"),
                         "reward_std": logs.get("reward_std"), "valid_rate": logs.get("valid_rate"),
                         "balanced_accuracy": logs.get("balanced_accuracy"), "kl": logs.get("kl"),
                         "loss": logs.get("loss"), "completion_length": logs.get("completions/mean_length"),
                         "zero_variance_groups": logs.get("frac_reward_zero_std"),
-                        "step_time_s": round(now - clock["t"], 2), "reward_time_s": round(scoring, 3)})
-            clock.update(t=now, reward_s=reward.seconds)
+                        "step_time_s": round(now - clock["t"], 2), "reward_time_s": round(scoring, 3), **prompts})
+            clock.update(t=now, reward_s=reward.seconds, kinds=dict(reward.kinds))
 
     # One completion per forward/backward (micro batch 1, accumulated over the group): the logits of a
     # whole group (group x ~1.8k tokens x 49k vocab in float32) were most of a 12 GB peak; one optimizer

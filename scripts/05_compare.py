@@ -237,8 +237,10 @@ def grpo_zero_variance(run_dir: Path) -> dict[str, dict]:
             continue
         steps = json.loads(path.read_text()).get("steps") or []
         shares = [s.get("zero_variance_groups") for s in steps if s.get("zero_variance_groups") is not None]
+        kinds = [(s.get("prompts_zero_shot"), s.get("prompts_refine")) for s in steps]
         out[arm] = {"per_step": shares, "share": round(sum(shares) / len(shares), 4) if shares else None,
-                    "steps": len(steps)}
+                    "steps": len(steps),
+                    "prompt_kinds": kinds if all(None not in k for k in kinds) and kinds else None}
     return out
 
 
@@ -265,8 +267,10 @@ def zero_variance_lines(zero: dict[str, dict]) -> list[str]:
     lines = []
     for arm, z in zero.items():
         per_step = " ".join(f"{v:.2f}" for v in z["per_step"]) or "not recorded"
+        kinds = ("; prompts per step (zero-shot/refinement): " +
+                 " ".join(f"{a:g}/{b:g}" for a, b in z["prompt_kinds"])) if z.get("prompt_kinds") else ""
         lines.append(f"- `{arm}` ({z['steps']} GRPO steps): zero-variance share of groups per step: {per_step}; "
-                     f"over all steps {_num(z['share'])} (a zero-variance group gives GRPO no gradient)")
+                     f"over all steps {_num(z['share'])} (a zero-variance group gives GRPO no gradient){kinds}")
     return lines or ["- no GRPO training in this run"]
 
 

@@ -14,7 +14,8 @@ from harness.exports import export_policy, newest_export_step
 from harness.hparams import LOCAL
 from harness.metrics import write_metrics
 from harness.models import ModelError, check_model_dir, find_embedded_gguf, resolve_model
-from harness.training_data import TrainingData, skyrl_row, sft_row, write_jsonl_rows, write_parquet_rows
+from harness.training_data import (TrainingData, refine_row, skyrl_row, sft_row, write_jsonl_rows,
+                                   write_parquet_rows)
 from helpers import REWARD
 
 TINY_PROGRAM = "def is_legal_action(state, action):\n    return True\n"
@@ -134,6 +135,7 @@ def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2)
     grpo = train_grpo(str(sft.policy_dir), tmp_path / "grpo", data, 1, 32, hp)
     step = json.loads(grpo.metrics_path.read_text())["steps"][-1]
     assert step["reward_std"] > 0, "no reward variance in the group: the step could not learn"
+    assert (step["prompts_zero_shot"], step["prompts_refine"]) == (1, 0)  # one zero-shot prompt, its group of 8
     record = json.loads(grpo.metrics_path.read_text())
     assert (record["generate_calls"], record["generate_batch_sizes"]) == (1, [8]), "the group is one generate call"
     before = load_file(str(sft.policy_dir / "model.safetensors"))
@@ -170,3 +172,19 @@ def test_grpo_reward_stops_when_the_sandbox_failed_every_program(monkeypatch):
     rewards = EnvReward()(None, [answer, answer], [broken["reward_spec"], fine["reward_spec"]],
                           [broken["extra_info"], fine["extra_info"]])
     assert rewards[0] == 0.0 and rewards[1] > 0.0
+
+
+def test_grpo_reward_counts_the_samples_of_each_prompt_kind():
+    """What the local GRPO's per-step prompts_zero_shot / prompts_refine are made of: the reward function
+    counts each scored sample by its row's prompt kind (a group of 2 of a zero-shot row, one of a refinement)."""
+    from harness.dataset import make_task
+    from harness.train_local import EnvReward
+
+    task = make_task("train", 0, 8)
+    zero = skyrl_row(task, REWARD)
+    refine = refine_row(task, TINY_FALSE, [], 0.4, REWARD, 0.1, 0.1)
+    answer = [{"role": "assistant", "content": f"```python\n{TINY_PROGRAM}\n```"}]
+    reward = EnvReward()
+    reward(None, [answer] * 4, [zero["reward_spec"]] * 2 + [refine["reward_spec"]] * 2,
+           [zero["extra_info"]] * 2 + [refine["extra_info"]] * 2)
+    assert reward.kinds == {"zero_shot": 2, "refine": 2}
