@@ -96,7 +96,7 @@ sky-env: $(SKY_STAMP) ## SkyPilot (skypilot[gcp]==0.14.1) in its own tool env .v
 dry-run: setup ## validate a launch offline: knobs, node install spec vs PyPI and SkyRL's uv.lock, sky/r3.yaml via SkyPilot (no ports, host RAM), SkyRL plans for 1/2/4 nodes, IAP config
 	W8_PRESET=$(LAUNCH_PRESET) $(PY) scripts/dry_run.py
 
-smoke: setup ## the whole r3 pipeline locally on tiny knobs, a real model step per stage, six arms (~8 min on 2 cores)
+smoke: setup ## the whole r3 pipeline locally on tiny knobs, a real model step per stage, six arms (~7 min on 2 cores)
 	@$(RUN_ID_TO_ENV); export W8_PRESET=smoke W8_RESULTS_ROOT=$${W8_RESULTS_ROOT:-.w8-biayn/smoke-results}; \
 	W8_RUN_ID=$${W8_RUN_ID:-smoke-$$(date -u +%Y%m%d-%H%M%S)} bash scripts/run_r3.sh
 
