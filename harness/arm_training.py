@@ -9,9 +9,10 @@ refine: the SFT export searches train pages (a harvest); its refinement requests
         zero-shot rows at W8_REFINE_SHARE; GRPO then starts from the SFT export.
 self:   no answer key anywhere. Round r (1..W8_SELF_ROUNDS): the round's model (the base model,
         then the previous round's) searches train pages, the reward keeps its best programs
-        (harness.harvest.kept_programs: gold ones, else the top quarter above the base model's
-        median reward and above a constant answer's balanced accuracy of 0.5), and the BASE model is fine-tuned on them (rejection sampling as ReST-EM
-        does: always from the base, on the latest round's programs). Then the last model
+        (harness.harvest.kept_programs: gold ones, else, among the programs better than a
+        constant answer, the top quarter above the base model's median reward), and the BASE
+        model is fine-tuned on them (rejection sampling as ReST-EM does: always from the base, on
+        the latest round's programs). Then the last model
         harvests once more for its refinement prompts, and GRPO on the mixed rows starts from it.
         Every training row's source (harvest, task, node, reward) goes to <run>/self_data.json,
         and a row whose program is the oracle's (or the compact SFT target) fails the run.
@@ -29,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.files import REPO_ROOT, atomic_write_json, read_json
-from harness.harvest import (harvest_file, harvest_line, harvest_numbers, kept_programs, load_harvest,
-                             median_reward, refinement_requests)
+from harness.harvest import (CONSTANT_BALANCED_ACCURACY, harvest_file, harvest_line, harvest_numbers,
+                             kept_programs, load_harvest, median_reward, refinement_requests)
 from harness.interface import program_key
 from harness.oracle import sft_target_source
 from harness.pipeline import StepError
@@ -126,7 +127,8 @@ def write_self_data(run_dir: Path, status: str, rounds: list[dict[str, Any]], ro
                               "harvests": harvests,
                               "n_rows": len(rows), "rows": rows,
                               "rule": "gold programs if any, else the top quarter by reward strictly above the base "
-                                      "model's median and with balanced accuracy above a constant answer's 0.5; "
+                                      f"model's median and with balanced accuracy above a constant answer's "
+                                      f"{CONSTANT_BALANCED_ACCURACY}; "
                                       "rows always from harvest search nodes, never the oracle"})
 
 

@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.arm_training import (harvest, harvest_summary, median_reward,  # noqa: E402
                                    mixed_training_data, self_round_rows, write_self_data)
 from harness.exports import newest_export  # noqa: E402
+from harness.harvest import CONSTANT_BALANCED_ACCURACY  # noqa: E402
 from harness.hparams import for_config  # noqa: E402
 from harness.models import ModelError, resolve_model  # noqa: E402
 from harness.pipeline import StepError, StepResult, finish_training, run_step  # noqa: E402
@@ -138,8 +139,8 @@ def train_self(cfg, run_dir: Path) -> tuple[str | None, dict]:
     if model == base:
         write_self_data(run_dir, "no training data", rounds, rows, floor, harvests)
         print(f"[{STEP}] self: no training data: no harvest program above the base model's median reward "
-              f"{floor:.3f} that beats a constant answer (balanced accuracy above 0.5); the self arm is not "
-              "trained", flush=True)
+              f"{floor:.3f} that beats a constant answer (balanced accuracy above {CONSTANT_BALANCED_ACCURACY}); "
+              "the self arm is not trained", flush=True)
         return None, {"status": "no training data", "rounds": rounds, "harvests": harvests}
     data, mix = mixed_training_data(cfg, run_dir, "self", training_data_for(cfg, run_dir / "data"), [current],
                                     forbid_oracle=True)

@@ -210,7 +210,8 @@ def missing_lines(run_dir: Path, planned: list[str], present: list[str]) -> list
         data = json.loads((run_dir / "self_data.json").read_text()) if arm == "self" and \
             (run_dir / "self_data.json").is_file() else {}
         why = (f"{data['status']}: the harvests kept no program above the base model's median reward "
-               f"{data.get('base_median_reward')} that beats a constant answer" if data.get("status") == "no training data" else
+               f"{data.get('base_median_reward')} that beats a constant answer"
+               if data.get("status") == "no training data" else
                "no finished trace file (its searches are incomplete or its training has no export): resume the run")
         lines.append(f"- `{arm}`: {why}")
     return lines or ["- none: every planned arm has a finished trace"]
