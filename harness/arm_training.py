@@ -34,8 +34,8 @@ from harness.harvest import (CONSTANT_BALANCED_ACCURACY, harvest_file, harvest_l
                              kept_programs, load_harvest, median_reward, refinement_requests)
 from harness.interface import program_key
 from harness.oracle import sft_target_source
-from harness.pipeline import StepError
 from harness.rewards import RewardKnobs
+from harness.run_folder import StepError
 from harness.training_data import (TrainingData, mixed_rows, program_row, refine_row, row_prompt_kind, skyrl_row,
                                    train_tasks, training_data_for, write_jsonl_rows,
                                    write_parquet_rows)

@@ -36,8 +36,8 @@ from harness.dataset import DatasetError, Task, make_task
 from harness.failures import failure_from_record
 from harness.files import StorageError, atomic_write_json, read_json, shown_path
 from harness.operators import OperatorError, operator_from_config
-from harness.pipeline import StepError, config_of_run
 from harness.rewards import Failure
+from harness.run_folder import StepError, config_of_run
 from harness.sandbox import sandbox_provenance
 from harness.search import SearchKnobs, SearchSpec, SearchStateError, run_searches
 

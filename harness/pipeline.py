@@ -1,11 +1,12 @@
-"""The r3 pipeline's run folder: run id, resolved knobs and hyperparameters, the numbered steps' main.
+"""The r3 pipeline: opening a run (the checks before work, run_config.json), the numbered steps' main, the CLI.
 
     from harness.pipeline import open_run, step_is_done, mark_done
     run = open_run(cfg)                  # .w8-biayn/runs/<run-id>/ with run_config.json written
     step_is_done(run, "01_frozen_trace") # marker present and every output as the marker hashed it
     mark_done(run, "01_frozen_trace", ["frozen_trace.json"], "steps_to_gold 5/17", wall_s=12.3)
 
-One folder per run holds everything a run writes, and one process at a time works in it
+One folder per run holds everything a run writes (harness.run_folder: its id, what it holds, the resume
+command; its names are re-exported here), and one process at a time works in it
 (harness.run_lock: a second one exits at once naming the first). Each step writes its
 outputs temp-then-rename and then a marker `steps/<step>.json` with each output's sha256
 (harness.markers), so a crash leaves either a finished step or no marker, and a file damaged
@@ -35,64 +36,34 @@ Also a tiny CLI for run_r3.sh (standard library and small harness modules: fast 
 from __future__ import annotations
 
 import argparse
-import os
 import platform
-import re
 import resource
-import shlex
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable
 
 from harness.budget import check_budgets, check_refine_fits, planned_arms
-from harness.config import BY_NAME, KNOBS, Config, ConfigError, add_flags, load_config, load_config_or_exit
+from harness.config import BY_NAME, Config, ConfigError, add_flags, load_config, load_config_or_exit
 from harness.dataset import make_task, max_examples_per_obs, n_pages
 from harness.exports import ExportError, check_export, newest_export
-from harness.files import (WORK_DIR, StorageError, atomic_write_bytes, atomic_write_json, check_writable,
-                           read_json, storage_error)
+from harness.files import (StorageError, atomic_write_bytes, atomic_write_json, check_writable, read_json,
+                           storage_error)
 from harness.hparams import hparams_record
 from harness.provenance import detected_gpus, git_sha, package_versions
 from harness.markers import (DATA_STAMP, STEPS, MarkerError, data_problems, end_invocation, first_pending_step,
                              input_problems, mark_done, output_problems, read_marker, start_invocation, step_is_done)
 from harness.models import ModelError, check_model_name
 from harness.records import emit_failure, emit_results, results_wanted
+# config_of_run, record_sandbox, runs_root, small_artifacts: also used from here by the scripts and tests
+from harness.run_folder import (PIPELINE, RunError, StepError, config_of_run, knobs_line, load_run_config,
+                                new_run_id, record_sandbox, rerun_command, resolve_run_id, runs_root, shown_run_dir,
+                                small_artifacts, use_run_caches)
 from harness.run_lock import RunLocked, lock_run
 from harness.training_data import training_data_for
 
-PIPELINE = "r3"
-RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another process runs this run id; try again later
-
-
-class RunError(RuntimeError):
-    """A run folder cannot be used as asked; the message says why in one line."""
-
-
-def runs_root() -> Path:
-    """Where run folders live: W8_RUNS_ROOT (tests, CI) or .w8-biayn/runs in the repo."""
-    return Path(os.environ.get("W8_RUNS_ROOT") or WORK_DIR / "runs")
-
-
-# ---- run id --------------------------------------------------------------------------------
-def model_slug(model: str) -> str:
-    """'Qwen/Qwen2.5-Coder-1.5B-Instruct' -> 'qwen2.5-coder-1.5b-instruct'; a path -> its last part."""
-    last = model.rstrip("/").split("/")[-1] or "model"
-    return re.sub(r"[^a-z0-9.]+", "-", last.lower()).strip("-.") or "model"
-
-
-def derive_run_id(cfg: Config, now: float | None = None) -> str:
-    """pipeline-model-seed-time, e.g. r3-smollm2-135m-s7-20261202-111400 (UTC)."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
-    return f"{PIPELINE}-{model_slug(cfg.harness_model)}-s{cfg.trace_task_seed}-{stamp}"
-
-
-def resolve_run_id(cfg: Config) -> str:
-    run_id = cfg.run_id or derive_run_id(cfg)
-    if not re.fullmatch(RUN_ID_PATTERN, run_id):
-        raise RunError(f"W8_RUN_ID={run_id!r}: expected letters, digits, '.', '_' or '-' (no '/')")
-    return run_id
 
 
 # ---- run_config.json -----------------------------------------------------------------------
@@ -163,18 +134,6 @@ def check_before_work(cfg: Config) -> None:
     check_model(cfg)
 
 
-def use_run_caches(run_dir: Path, env: dict[str, str] | None = None) -> Path:
-    """Point the caches a step's libraries create (torch's inductor cache, Triton's kernels, the ct2
-    operator's converted models) into <run>/cache/ unless set already: nothing of the run is left in
-    TMPDIR after a kill, and a resume reuses them. Children (step 04's arm processes, trainers) inherit it."""
-    env = os.environ if env is None else env
-    cache = Path(run_dir) / "cache"
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "torchinductor"))
-    env.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
-    env.setdefault("W8_CT2_CACHE", str(cache / "ct2"))  # the ct2 operator's converted models (harness.ct2)
-    return cache
-
-
 def open_run(cfg: Config, root: Path | None = None) -> Path:
     """Create or reopen the run folder; write run_config.json before any work starts.
 
@@ -203,42 +162,7 @@ def open_run(cfg: Config, root: Path | None = None) -> Path:
     return run_dir
 
 
-def new_run_id(run_id: str) -> str:
-    """A fresh id next to `run_id`: smoke-x -> smoke-x-2, smoke-x-2 -> smoke-x-3."""
-    stem, _, number = run_id.rpartition("-")
-    return f"{stem}-{int(number) + 1}" if stem and number.isdigit() and len(number) < 4 else f"{run_id}-2"
-
-
-def rerun_command(run_id: str, env: Mapping[str, str] | None = None) -> str:
-    """The command that runs `run_id` with every W8_ variable of this environment (preset, results root,
-    knobs set by hand): printed as a resume hint, it works as printed from the repo root."""
-    env = os.environ if env is None else env
-    names = sorted(name for name in env if name.startswith("W8_") and name != "W8_RUN_ID" and env[name] != "")
-    assigns = [f"{name}={shlex.quote(env[name])}" for name in names] + [f"W8_RUN_ID={shlex.quote(run_id)}"]
-    return " ".join(assigns) + " bash scripts/run_r3.sh"
-
-
-def load_run_config(run_dir: Path) -> dict[str, Any]:
-    return read_json(Path(run_dir) / "run_config.json", fix="the run cannot be resumed; start a new run id")
-
-
-def config_of_run(run_dir: Path) -> Config:
-    """The knobs a run folder was started with (what a step run in a subprocess must use)."""
-    return Config(dict(load_run_config(run_dir)["knobs"]))
-
-
-def record_sandbox(run_dir: Path, step: str, provenance: dict[str, Any]) -> None:
-    """run_config.json["sandbox"][step]: the backend that actually ran the step's programs, and any fallback."""
-    config = load_run_config(run_dir)
-    config.setdefault("sandbox", {})[step] = provenance
-    atomic_write_json(Path(run_dir) / "run_config.json", config)
-
-
 # ---- the numbered scripts' shared main ------------------------------------------------------
-class StepError(RuntimeError):
-    """A step cannot run as asked (missing input, bad export); printed as one line, exit 1."""
-
-
 @dataclass
 class StepResult:
     outputs: list[str]  # relative to the run folder, already written (temp-then-rename)
@@ -368,14 +292,6 @@ def step_line(run_dir: Path, step: str, marker: dict[str, Any]) -> str:
             f"{marker['summary']} -> {shown_run_dir(run_dir)}/{{{files}}}{dropped}")
 
 
-def shown_run_dir(run_dir: Path) -> str:
-    """The run folder relative to the working directory when inside it (shorter lines), else as is."""
-    try:
-        return str(Path(run_dir).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(run_dir)
-
-
 def emit_step_results(run_dir: Path, step: str) -> None:
     """One `W8_RESULT {json}` line per small file the step wrote, on a node or with W8_EMIT_RESULTS=1 only
     (logs carry results home from a node; on a terminal they are noise: the files are in the run folder)."""
@@ -408,15 +324,6 @@ def finish_training(run_dir: Path, out_dir: Path, kind: str, wall_s: float, extr
         outputs.append(extra["overrides"])
     return StepResult(outputs, f"{kind} export {policy.relative_to(run_dir)} in {wall_s:.0f}s",
                       extra={k: v for k, v in extra.items() if k in ("sandbox", "plan")})
-
-
-def small_artifacts(run_dir: Path, steps: Iterable[str] = STEPS) -> list[str]:
-    """run_config.json plus the file outputs of the finished `steps` (folders such as exports excluded)."""
-    names = ["run_config.json"] if (Path(run_dir) / "run_config.json").is_file() else []
-    for step in steps:
-        marker = read_marker(run_dir, step) or {}
-        names += [rel for rel in marker.get("outputs", []) if (Path(run_dir) / rel).is_file()]
-    return names
 
 
 # ---- CLI for run_r3.sh ---------------------------------------------------------------------
@@ -490,13 +397,6 @@ def _cli(argv: list[str]) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     return 0
-
-
-def knobs_line(knobs: dict[str, Any]) -> str:
-    """The resolved knobs on one line, preset first: what this run is."""
-    preset = knobs.get("preset") or "none"
-    rest = " ".join(f"{knob.env}={knobs.get(knob.name)}" for knob in KNOBS if knob.name != "preset")
-    return f"knobs (preset {preset}): {rest}"
 
 
 if __name__ == "__main__":

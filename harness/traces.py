@@ -23,8 +23,8 @@ from harness.config import Config, ConfigError
 from harness.dataset import DatasetError, Task, heldout_examples, make_task, n_pages
 from harness.files import StorageError, atomic_write_json, read_json, shown_path
 from harness.operators import OperatorError, operator_from_config
-from harness.pipeline import StepError, config_of_run
 from harness.rewards import validation_problem
+from harness.run_folder import StepError, config_of_run
 from harness.sandbox import merge_provenance, provenance_is_empty, sandbox_provenance
 from harness.search import SearchKnobs, SearchSpec, SearchStateError, run_searches, trace_prefix
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import pipeline
+from harness import pipeline, run_folder
 from harness.config import KNOBS, load_config
 from harness.exports import newest_export
 from harness.markers import MarkerError
@@ -30,9 +30,9 @@ def cfg_with(**env):
 # ---- run id and run_config.json ----------------------------------------------------------------
 def test_run_id_is_derived_from_pipeline_model_seed_and_time():
     cfg = cfg_with(W8_HARNESS_MODEL="Qwen/Qwen2.5-Coder-1.5B-Instruct", W8_TRACE_TASK_SEED=11)
-    assert pipeline.derive_run_id(cfg, now=0) == "r3-qwen2.5-coder-1.5b-instruct-s11-19700101-000000"
+    assert run_folder.derive_run_id(cfg, now=0) == "r3-qwen2.5-coder-1.5b-instruct-s11-19700101-000000"
     assert pipeline.resolve_run_id(cfg_with(W8_RUN_ID="mine")) == "mine"
-    assert pipeline.model_slug("/tmp/runs/x/grpo/global_step_4/policy/") == "policy"
+    assert run_folder.model_slug("/tmp/runs/x/grpo/global_step_4/policy/") == "policy"
 
 
 @pytest.mark.parametrize("bad", ["../up", "a/b", "-dash", "sp ace"])
