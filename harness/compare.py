@@ -17,8 +17,8 @@ The rules:
   from the file; a search that never reached gold counts as max_iterations + 1 steps;
 - the unit of analysis is the held-out task: a task's value is the mean over its search seeds
   (repeats inside a task, not independent evidence), and every test runs over tasks
-  (harness.stats: bootstrap over tasks, exact sign test, Wilcoxon signed-rank, the smallest
-  detectable effect). Four measures per pair of arms: mean steps to gold (its size depends on
+  (harness.stats: exact sign test, exact Wilcoxon signed-rank test with the interval of the
+  shifts it does not reject, so interval and verdict agree; the smallest detectable effect). Four measures per pair of arms: mean steps to gold (its size depends on
   the budget cap), solved within budget, node-0 gold rate and node-0 reward (budget-free; node
   0 is the zero-shot answer, the very prompt GRPO trains on, so they are GRPO's own target);
 - `shrunk` keeps its strict meaning: the mean steps of A strictly fewer than B's (equal is not
@@ -42,8 +42,9 @@ from typing import Any, Sequence
 from harness.dataset import is_balanced, min_class_count
 from harness.files import atomic_path
 from harness.search import load_trace, steps_to_first_gold, write_json
-from harness.search_stats import budget_curve, first_gold_both, refinement_stats, search_ledger
-from harness.stats import BOOTSTRAP_SEED, RESAMPLES, paired_measure, percentile
+from harness.search_stats import (CURVE_RESAMPLES, budget_curve, first_gold_both, refinement_stats, search_ledger,
+                                  token_curve)
+from harness.stats import BOOTSTRAP_SEED, paired_measure, percentile
 
 COMPARE_VERSION = 4
 TASK_FIELDS = ("task_id", "split", "seed", "obs_id", "examples_per_obs", "examples_hash")
@@ -218,8 +219,9 @@ def programs_differ(a_traces: list[dict[str, Any]], b_traces: list[dict[str, Any
 
 
 def verdict(a: str, b: str, measures: dict[str, dict[str, Any]]) -> str:
-    """One sentence per comparison, from the tests over tasks (alpha 0.05, Wilcoxon): steps to gold (when both
-    arms had the same budget), solved within the budget, and node-0 gold rate."""
+    """One sentence per comparison, from the tests over tasks (alpha 0.05, Wilcoxon; its interval is the same test
+    inverted, harness.stats): steps to gold (when both arms had the same budget), solved within the budget, and
+    node-0 gold rate."""
     parts = []
     for name, label, unit in (("steps", "steps to gold", "steps"), ("solved", "tasks solved within the budget", ""),
                               ("node0_gold", "node-0 gold rate", "")):
@@ -227,11 +229,8 @@ def verdict(a: str, b: str, measures: dict[str, dict[str, Any]]) -> str:
         if m is None:
             continue
         n = m["n_tasks"]
-        if m["wilcoxon_p"] < 0.05 and m["better_tasks"] > m["worse_tasks"]:
-            parts.append(f"{a} is better than {b} in {label} ({m['mean_a']:.3g} vs {m['mean_b']:.3g}, "
-                         f"Wilcoxon p = {m['wilcoxon_p']:.3g}, n = {n} tasks)")
-        elif m["wilcoxon_p"] < 0.05:
-            parts.append(f"{a} is worse than {b} in {label} ({m['mean_a']:.3g} vs {m['mean_b']:.3g}, "
+        if m["verdict"] in ("better", "worse"):
+            parts.append(f"{a} is {m['verdict']} than {b} in {label} ({m['mean_a']:.3g} vs {m['mean_b']:.3g}, "
                          f"Wilcoxon p = {m['wilcoxon_p']:.3g}, n = {n} tasks)")
         else:
             mde = "" if m["mde80"] is None else f"; a difference of {m['mde80']:.2g}{' ' + unit if unit else ''} " \
@@ -245,7 +244,7 @@ def budget_of(traces: list[dict[str, Any]]) -> int:
     return traces[0]["knobs"]["max_iterations"]
 
 
-def compare_two(a: str, b: str, arms: dict[str, list[dict[str, Any]]], resamples: int) -> dict[str, Any]:
+def compare_two(a: str, b: str, arms: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """A vs B over tasks: each measure paired task by task (harness.stats.paired_measure), matched by key.
 
     Arms with different budgets (frozen_matched: frozen at the trained arm's compute) are compared in
@@ -254,10 +253,10 @@ def compare_two(a: str, b: str, arms: dict[str, list[dict[str, Any]]], resamples
     a_tasks, b_tasks = task_values(arms[a]), task_values(arms[b])
     keys = list(a_tasks)
     same_budget = budget_of(arms[a]) == budget_of(arms[b])
-    measures = {m: paired_measure([a_tasks[k][m] for k in keys], [b_tasks[k][m] for k in keys], lower, resamples)
+    measures = {m: paired_measure([a_tasks[k][m] for k in keys], [b_tasks[k][m] for k in keys], lower)
                 for m, (lower, _) in MEASURES.items() if same_budget or m != "steps"}
     xs, ys = first_gold_both(arms[a], arms[b])
-    both = paired_measure(xs, ys, True, resamples) if xs else None
+    both = paired_measure(xs, ys, True) if xs else None
     steps = measures.get("steps")
     b_by_pair = {pair_key(t): t for t in arms[b]}
     out = {"a": a, "b": b, "n_tasks": len(keys), "n_searches": len(arms[a]),
@@ -289,16 +288,16 @@ def headroom_warnings(result: dict[str, Any], grpo_zero_variance: dict[str, floa
 
 
 def compare_arms(arms: dict[str, list[dict[str, Any]]], sft_target: str | None = None,
-                 resamples: int = RESAMPLES, grpo_zero_variance: dict[str, float | None] | None = None,
+                 resamples: int = CURVE_RESAMPLES, grpo_zero_variance: dict[str, float | None] | None = None,
                  extra_pairs: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
     """Every arm summarised and every pair of COMPARISONS present (and `extra_pairs`) compared over tasks;
-    CompareError when not comparable. grpo_zero_variance: the zero-variance share of each GRPO training's groups
-    (a headroom check)."""
+    CompareError when not comparable. resamples: the budget curves' bootstrap over tasks. grpo_zero_variance: the
+    zero-variance share of each GRPO training's groups (a headroom check)."""
     if len(arms) < 2:
         raise CompareError(f"a compare needs two arms or more (got {', '.join(arms) or 'none'})")
     check_arms(arms)
     pairs = [*COMPARISONS, *(p for p in extra_pairs if p not in COMPARISONS)]
-    comparisons = [compare_two(a, b, arms, resamples) for a, b in pairs if a in arms and b in arms]
+    comparisons = [compare_two(a, b, arms) for a, b in pairs if a in arms and b in arms]
     headline = next((c for c in comparisons if (c["a"], c["b"]) == ("trained", "frozen")), None)
     n_tasks = len(by_task(next(iter(arms.values()))))
     ref = next(arms[arm] for arm in arms if not variable_budget(arm))[0]
@@ -313,7 +312,8 @@ def compare_arms(arms: dict[str, list[dict[str, Any]]], sft_target: str | None =
               "decoding": {k: ref["operator"].get(k) for k in DECODING_FIELDS},
               "arms": {arm: arm_summary(traces, sft_target) for arm, traces in arms.items()},
               "comparisons": comparisons, "shrunk": bool(headline and headline["shrunk"]),
-              "budget_curves": {arm: budget_curve(traces) for arm, traces in arms.items()}}
+              "budget_curves": {arm: budget_curve(traces, resamples) for arm, traces in arms.items()},
+              "token_curves": {arm: token_curve(traces) for arm, traces in arms.items()}}
     result["warnings"] = headroom_warnings(result, grpo_zero_variance)
     result["grpo_effect_readable"] = not result["warnings"]
     return result

@@ -1,7 +1,8 @@
 """What the searches did, arm by arm: solved-by-budget curves, refinement statistics and the compute ledger.
 
-    from harness.search_stats import budget_curve, refinement_stats, search_ledger, plot_budget_curves
+    from harness.search_stats import budget_curve, token_curve, refinement_stats, search_ledger
     budget_curve(traces)        # {"k": [0..budget], "solved": [...], "lo": [...], "hi": [...], "n_tasks": n}
+    token_curve(traces)         # {"tokens": [...], "solved": [...]}: solved by completion tokens generated
     refinement_stats(traces)    # refinements asked, share valid, share better than the parent, ...
     search_ledger(traces)       # search nodes, tokens generated, sandbox evaluations, wall time
 
@@ -10,7 +11,11 @@ index <= k, gold recomputed from balanced accuracy), for every k up to the arm's
 number per budget instead of a mean of steps whose size depends on the cap (RL-trained models
 may win at small budgets and lose at large ones; Yue et al. 2025). The unit is the task: a
 task's value at k is the share of its search seeds solved by node k; the 95% band resamples
-tasks (bootstrap, harness.stats' seed).
+tasks (bootstrap, harness.stats' seed). The same share against the compute spent instead of the
+node index (Olausson et al. 2024 put compute on the x-axis): a task counts as solved within t
+tokens when its search's completion tokens, summed up to and including its first gold node, are
+at most t (completion tokens: what the operator generated; prompts are read, not generated).
+harness.plots draws both.
 
 Refinement statistics: can the operator refine at all? Of the refinements a search asked (every
 node with a parent): the share valid, the share whose child scores strictly above its parent,
@@ -26,10 +31,8 @@ its round's batch). Training costs come from the metrics files (scripts/05_compa
 from __future__ import annotations
 
 import random
-from pathlib import Path
 from typing import Any, Sequence
 
-from harness.files import atomic_path
 from harness.interface import program_key
 from harness.search import steps_to_first_gold
 from harness.stats import BOOTSTRAP_SEED, percentile
@@ -76,6 +79,24 @@ def budget_curve(traces: list[dict[str, Any]], resamples: int = CURVE_RESAMPLES)
             "unit": "task (a task's value: the share of its search seeds solved by node k)"}
 
 
+def tokens_to_gold(trace: dict[str, Any]) -> int | None:
+    """Completion tokens the search generated up to and including its first gold node; None when none is gold."""
+    first = first_gold(trace)
+    return None if first is None else sum(n.get("completion_tokens", 0) for n in trace["nodes"][: first + 1])
+
+
+def token_curve(traces: list[dict[str, Any]]) -> dict[str, Any]:
+    """The share of tasks solved within t generated tokens, at every t where it changes; it runs to the most
+    completion tokens any search of the arm generated, solved or not (a task's value: the share of its seeds)."""
+    groups = list(tasks_of(traces).values())
+    spent = [[tokens_to_gold(t) for t in group] for group in groups]
+    most = max(sum(n.get("completion_tokens", 0) for n in t["nodes"]) for t in traces)
+    xs = sorted({0, most, *[s for row in spent for s in row if s is not None]})
+    solved = [sum(sum(s is not None and s <= x for s in row) / len(row) for row in spent) / len(spent) for x in xs]
+    return {"tokens": xs, "solved": [round(v, 4) for v in solved], "n_tasks": len(spent), "max_tokens": most,
+            "unit": "task (a task's value: the share of its search seeds gold within t completion tokens)"}
+
+
 def refinement_stats(traces: list[dict[str, Any]]) -> dict[str, Any]:
     """Of every refinement the searches asked: share valid, share better than the parent, mean reward change,
     share identical to the parent program."""
@@ -114,39 +135,6 @@ def first_gold_both(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> tuple[l
             xs.append(sum(fa) / len(fa))
             ys.append(sum(fb) / len(fb))
     return xs, ys
-
-
-LINE_STYLES = ("-", "--", ":", "-.")
-
-
-def plot_budget_curves(curves: dict[str, dict[str, Any]], path: str | Path, budget: int | None = None) -> Path:
-    """budget_curves.png: per arm the share of tasks solved by node k with its 95% band (tasks resampled)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
-    for i, (arm, curve) in enumerate(curves.items()):
-        style = {"linestyle": LINE_STYLES[i % len(LINE_STYLES)], "linewidth": 2.2 - 0.4 * (i % 3)}
-        line = ax.step(curve["k"], curve["solved"], where="post", label=f"{arm} (budget {curve['budget']})",
-                       **style)[0]
-        ax.fill_between(curve["k"], curve["lo"], curve["hi"], step="post", alpha=0.12, color=line.get_color())
-    if budget is not None:
-        ax.axvline(budget, color="gray", linestyle=":", linewidth=1, label=f"the study's budget ({budget})")
-    n = next(iter(curves.values()))["n_tasks"] if curves else 0
-    ax.set_xlabel("node index k (0 = the zero-shot answer; each later node one refinement)")
-    ax.set_ylabel(f"share of the {n} held-out tasks solved by node k")
-    ax.set_title("Solved by budget (95% bands: tasks resampled)", fontsize=10)
-    ax.set_ylim(-0.02, 1.02)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    return Path(path)
 
 
 def curve_table(curves: dict[str, dict[str, Any]], ks: Sequence[int] | None = None) -> list[str]:

@@ -29,7 +29,8 @@ from harness.compare import MEASURES, CompareError, compare_arms, pair_key, plot
 from harness.files import atomic_write_json, atomic_write_text  # noqa: E402
 from harness.oracle import sft_target_source  # noqa: E402
 from harness.pipeline import STEPS, StepError, StepResult, load_run_config, read_marker, run_step  # noqa: E402
-from harness.search_stats import curve_table, plot_budget_curves  # noqa: E402
+from harness.plots import plot_budget_curves, plot_token_curves  # noqa: E402
+from harness.search_stats import curve_table  # noqa: E402
 from harness.stats import tasks_for_effect  # noqa: E402
 from harness.traces import ARMS, FROZEN_LONG, arm_file, load_traces, prefix_trace, sandbox_problem  # noqa: E402
 from harness.training_data import sft_target_for, sft_target_of_config  # noqa: E402
@@ -456,6 +457,7 @@ def body(cfg, run_dir: Path, args) -> StepResult:
     atomic_write_json(run_dir / "trace_compare.json", result)
     plot_arms({arm: arms[arm] for arm in present}, run_dir / "trace.png")
     plot_budget_curves(result["budget_curves"], run_dir / "budget_curves.png", cfg.trace_max_iterations)
+    plot_token_curves(result["token_curves"], run_dir / "budget_curves_tokens.png")
     atomic_write_text(run_dir / "summary.md", summary_markdown(run_dir, result, {a: arms[a] for a in present}, zero,
                                                                 missing_lines(run_dir, planned, present)))
     by = {(c["a"], c["b"]): c for c in result["comparisons"]}
@@ -467,7 +469,8 @@ def body(cfg, run_dir: Path, args) -> StepResult:
     summary = (f"{'; '.join(parts) or (first and first['verdict']) or 'no comparable pair of arms'} over "
                f"{result['n_tasks']} tasks: shrunk {'yes' if result['shrunk'] else 'no'}"
                + (" (no GRPO effect readable: " + "; ".join(result["warnings"]) + ")" if result["warnings"] else ""))
-    return StepResult(["trace_compare.json", "trace.png", "budget_curves.png", "summary.md"], summary)
+    return StepResult(["trace_compare.json", "trace.png", "budget_curves.png", "budget_curves_tokens.png", "summary.md"],
+                      summary)
 
 
 if __name__ == "__main__":

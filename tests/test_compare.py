@@ -1,5 +1,5 @@
 """The strict compare of arms: pairing by key, every refused mismatch, recomputed gold, statistics over
-tasks (seeds averaged inside a task; sign test, Wilcoxon, bootstrap over tasks, no interval when every
+tasks (seeds averaged inside a task; sign test, Wilcoxon and its interval, no interval when every
 difference is equal, smallest detectable effect), headroom warnings, curves; constructed traces whose
 answers are known."""
 
@@ -14,7 +14,7 @@ import pytest
 
 from harness.compare import CompareError, compare_arms, plot_arms, solved_by_node, solved_by_tokens, steps_or_budget
 from harness.search import node_seed
-from harness.stats import bootstrap_mean_ci, paired_measure, sign_test
+from harness.stats import paired_measure, sign_test
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def test_arms_compare_over_tasks_with_seeds_averaged_inside_a_task():
     assert (steps["better_tasks"], steps["tied_tasks"], steps["worse_tasks"]) == (3, 0, 0)
     assert steps["sign_test_p"] == pytest.approx(0.25)  # 3 tasks, not 6 searches (that would be 0.031)
     assert c["shrunk"] is True and r["shrunk"] is True
-    assert steps["ci95"][0] <= steps["mean_diff"] <= steps["ci95"][1]
+    assert steps["ci95"] is None and "over 3 tasks the signed-rank test rejects no shift" in steps["in_words"]
     solved = c["measures"]["solved"]
     assert solved["mean_b"] == pytest.approx((0 + 1 + 0.5) / 3, abs=1e-4) and solved["mean_a"] == 1.0
     node0 = c["measures"]["node0_gold"]
@@ -144,23 +144,15 @@ def test_no_grpo_effect_is_reported_without_headroom_or_without_variance():
 
 
 def test_paired_measure_tests_on_constructed_tasks():
-    m = paired_measure([0, 1, 2, 3, 4, 5], [1, 3, 5, 7, 9, 11], lower_is_better=True, resamples=500)
+    m = paired_measure([0, 1, 2, 3, 4, 5], [1, 3, 5, 7, 9, 11], lower_is_better=True)
     assert m["wilcoxon_p"] == pytest.approx(2 / 64) and m["wilcoxon_method"] == "exact"  # all 6 better, no ties
     assert m["sign_test_p"] == pytest.approx(2 / 64) and m["better_tasks"] == 6
     # mde80 = (1.96 + 0.8416) * sd / sqrt(n): differences -1..-6 have sd 1.8708
     assert m["mde80"] == pytest.approx(2.8016 * 1.8708 / 6 ** 0.5, rel=1e-3)
-    higher = paired_measure([1.0, 1.0, 0.0], [0.0, 0.0, 0.0], lower_is_better=False, resamples=500)
+    higher = paired_measure([1.0, 1.0, 0.0], [0.0, 0.0, 0.0], lower_is_better=False)
     assert (higher["better_tasks"], higher["worse_tasks"], higher["tied_tasks"]) == (2, 0, 1)
-    flat = paired_measure([1.0, 1.0], [1.0, 1.0], lower_is_better=False, resamples=100)
+    flat = paired_measure([1.0, 1.0], [1.0, 1.0], lower_is_better=False)
     assert flat["wilcoxon_p"] == 1.0 and flat["mde80"] is None and flat["ci95"] is None
-
-
-def test_bootstrap_interval_on_a_constructed_case():
-    # two tasks {0, 2}: resampled means are 0 (1/4), 1 (1/2), 2 (1/4): the 95% interval is [0, 2]
-    assert bootstrap_mean_ci([0.0, 2.0], resamples=20000) == (0.0, 2.0)
-    lo, hi = bootstrap_mean_ci([0.0, 1.0] * 50, resamples=4000)  # mean 0.5, sd of the mean 0.05
-    assert 0.39 < lo < 0.41 and 0.59 < hi < 0.61
-    assert bootstrap_mean_ci([1.0, 5.0, 2.0], seed=0) == bootstrap_mean_ci([1.0, 5.0, 2.0], seed=0)  # seeded
 
 
 @pytest.mark.parametrize("change, field", [
