@@ -31,7 +31,7 @@ from typing import Any
 
 from harness.files import REPO_ROOT, atomic_write_json, read_json
 from harness.harvest import (CONSTANT_BALANCED_ACCURACY, harvest_file, harvest_line, harvest_numbers,
-                             kept_programs, load_harvest, median_reward, refinement_requests)
+                             harvest_wall_s, kept_programs, load_harvest, median_reward, refinement_requests)
 from harness.interface import program_key
 from harness.oracle import sft_target_source
 from harness.rewards import RewardKnobs
@@ -134,7 +134,8 @@ def write_self_data(run_dir: Path, status: str, rounds: list[dict[str, Any]], ro
 
 def harvest_summary(harvest_: dict[str, Any]) -> dict[str, Any]:
     """A harvest's numbers for the metrics file and the ledger."""
-    return {"name": harvest_["name"], "model": harvest_["model"], **harvest_numbers(harvest_["traces"])}
+    return {"name": harvest_["name"], "model": harvest_["model"],
+            **harvest_numbers(harvest_["traces"], harvest_wall_s(harvest_))}
 
 
 def read_self_data(run_dir: Path) -> dict[str, Any] | None:

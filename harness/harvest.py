@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,12 @@ def harvest_file(run_dir: Path, name: str) -> Path:
 
 
 def run_harvest(cfg: Config, run_dir: Path, name: str, model: str, say=print) -> Path:
-    """Search every harvest task with `model`; write <run>/harvest/<name>.json and return its path."""
+    """Search every harvest task with `model`; write <run>/harvest/<name>.json and return its path.
+
+    Its `wall_s` is real time: from this call's start (the model's loading included) to its last search's end,
+    plus what earlier, killed processes spent (earlier_wall_s). The searches run side by side, so adding up
+    their own times gives worker-seconds (`worker_s`), not wall time."""
+    started = time.monotonic()
     cfg = cfg.replace(harness_model=model)
     knobs = SearchKnobs.from_config(cfg.replace(trace_max_iterations=cfg.harvest_max_iterations))
     try:
@@ -73,6 +79,7 @@ def run_harvest(cfg: Config, run_dir: Path, name: str, model: str, say=print) ->
         raise StepError(f"harvest {name}: {err}") from None
     specs = [SearchSpec(task, knobs, None, harvest_dir(run_dir) / name / f"{task.task_id.replace('/', '_')}.state.json",
                         label=f"harvest {name} {task.task_id}") for task in tasks]
+    earlier = earlier_wall_s(specs)
     say(f"harvest {name}: {len(specs)} train task(s), budget {knobs.max_iterations}, operator {operator.name}",
         flush=True)
     try:
@@ -81,19 +88,43 @@ def run_harvest(cfg: Config, run_dir: Path, name: str, model: str, say=print) ->
         raise StepError(str(err)) from None
     for trace in traces:
         trace["operator"]["model"] = shown_path(trace["operator"].get("model", ""), run_dir)
+    wall_s = earlier + time.monotonic() - started
     record = {"name": name, "model": shown_path(model, run_dir), "sandbox": sandbox_provenance(),
-              "budget": knobs.max_iterations, "traces": traces, **harvest_numbers(traces)}
+              "budget": knobs.max_iterations, "traces": traces, **harvest_numbers(traces, wall_s),
+              "earlier_wall_s": round(earlier, 3)}
     return atomic_write_json(harvest_file(run_dir, name), record)
 
 
-def harvest_numbers(traces: list[dict[str, Any]]) -> dict[str, Any]:
-    """What a harvest found, in numbers (printed when it finds nothing usable)."""
+def earlier_wall_s(specs: list[SearchSpec]) -> float:
+    """The real time earlier processes spent on these searches: the longest saved search's own time (a search's
+    clock goes on from its saved state, and the searches of one harvest start together), 0.0 when none is
+    saved. A state that cannot be read counts 0 here; resuming it fails with its name (harness.search)."""
+    saved = []
+    for spec in specs:
+        try:
+            saved.append(float(read_json(Path(spec.state_path))["trace"].get("wall_s", 0.0)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return max(saved, default=0.0)
+
+
+def harvest_numbers(traces: list[dict[str, Any]], wall_s: float) -> dict[str, Any]:
+    """What a harvest found, in numbers (printed when it finds nothing usable). wall_s is the harvest's real time;
+    worker_s adds up its searches' own times, which ran side by side (worker-seconds: not a wall time)."""
     nodes = [n for t in traces for n in t["nodes"]]
     return {"searches": len(traces), "nodes": len(nodes), "valid_nodes": sum(n["valid"] for n in nodes),
             "gold_nodes": sum(n["gold"] for n in nodes), "refinements": sum(n["parent"] is not None for n in nodes),
             "completion_tokens": sum(n.get("completion_tokens", 0) for n in nodes),
-            "wall_s": round(sum(t.get("wall_s", 0.0) for t in traces), 1),
+            "wall_s": round(wall_s, 3), "worker_s": round(sum(t.get("wall_s", 0.0) for t in traces), 3),
             "best_reward": max((n["reward"] for n in nodes), default=None)}
+
+
+def harvest_wall_s(harvest: dict[str, Any]) -> float:
+    """A harvest record's real time. A record written before worker_s existed held the searches' times added up
+    in wall_s; for it the longest search's own time stands in (the searches started together: a lower bound)."""
+    if "worker_s" in harvest:
+        return float(harvest["wall_s"])
+    return max((t.get("wall_s", 0.0) for t in harvest["traces"]), default=0.0)
 
 
 def load_harvest(run_dir: Path, name: str) -> dict[str, Any]:
@@ -103,7 +134,8 @@ def load_harvest(run_dir: Path, name: str) -> dict[str, Any]:
 def harvest_line(harvest: dict[str, Any]) -> str:
     return (f"harvest {harvest['name']}: {harvest['searches']} searches, {harvest['nodes']} nodes "
             f"({harvest['valid_nodes']} valid, {harvest['gold_nodes']} gold, {harvest['refinements']} refinements), "
-            f"best reward {harvest['best_reward'] if harvest['best_reward'] is not None else '-'}")
+            f"best reward {harvest['best_reward'] if harvest['best_reward'] is not None else '-'}, "
+            f"{harvest_wall_s(harvest):.0f} s wall")
 
 
 # ---- what a harvest gives ------------------------------------------------------------------------

@@ -46,10 +46,11 @@ from typing import Any, Callable
 
 from harness.budget import check_budgets, check_refine_fits, planned_arms
 from harness.config import BY_NAME, Config, ConfigError, add_flags, load_config, load_config_or_exit
-from harness.dataset import make_task, max_examples_per_obs, n_pages
+from harness.dataset import DatasetError, make_task, max_examples_per_obs, n_pages
 from harness.exports import ExportError, check_export, newest_export
 from harness.files import (StorageError, atomic_write_bytes, atomic_write_json, check_writable, read_json,
                            storage_error)
+from harness.harvest import harvest_tasks
 from harness.hparams import hparams_record
 from harness.provenance import detected_gpus, git_sha, package_versions
 from harness.markers import (DATA_STAMP, STEPS, MarkerError, data_problems, end_invocation, first_pending_step,
@@ -61,14 +62,16 @@ from harness.run_folder import (PIPELINE, RunError, StepError, config_of_run, kn
                                 new_run_id, record_sandbox, rerun_command, resolve_run_id, runs_root, shown_run_dir,
                                 small_artifacts, use_run_caches)
 from harness.run_lock import RunLocked, lock_run
-from harness.training_data import training_data_for
+from harness.traces import trace_seeds, trace_tasks
+from harness.training_data import eval_tasks, sft_tasks, train_tasks, training_data_for
 
 EXIT_LOCKED = 75  # EX_TEMPFAIL: another process runs this run id; try again later
 
 
 # ---- run_config.json -----------------------------------------------------------------------
 def run_config(cfg: Config, run_id: str) -> dict[str, Any]:
-    """Everything needed to say what ran: every knob, versions, git sha, model, hardware, backend."""
+    """Everything needed to say what ran: every knob, the task ids (run_tasks), versions, git sha, model,
+    hardware, backend."""
     knobs = cfg.as_dict()
     knobs["run_id"] = run_id
     gpus = detected_gpus()
@@ -80,6 +83,7 @@ def run_config(cfg: Config, run_id: str) -> dict[str, Any]:
         "model": cfg.harness_model,
         "backend": cfg.backend,
         "hparams": hparams_record(cfg),
+        "tasks": run_tasks(cfg),
         "accelerators": {"requested": cfg.accelerators if cfg.backend == "skyrl" else "cpu",
                          "detected": gpus or ["cpu"]},
         "git_sha": git_sha(),
@@ -87,6 +91,25 @@ def run_config(cfg: Config, run_id: str) -> dict[str, Any]:
         "host": platform.node(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def run_tasks(cfg: Config) -> dict[str, Any]:
+    """The task ids a run uses, computed from its knobs by the functions the steps call: the held-out tasks of the
+    traces (`trace`, each searched with every seed of `trace_seeds`), the train tasks of GRPO's prompts (`grpo`;
+    the refine and self arms' GRPO draws its zero-shot rows from them), of the SFT warm-start's rows (`sft`), of
+    the refine and self arms' harvests (`harvest`; the self arm's rejection-sampling rows come from them), and the
+    held-out tasks of the training's small evaluation split (`eval`, evaluated only). A part the run does not do
+    lists none."""
+    grpo = train_tasks(cfg.train_count, cfg.train_examples_per_obs)
+    sft = sft_tasks(grpo, cfg.sft_count, cfg.train_examples_per_obs) if cfg.harness_sft_steps else []
+    harvest = harvest_tasks(cfg) if cfg.refine_arm or cfg.self_arm else []
+    try:
+        trace = trace_tasks(cfg)
+    except DatasetError as err:
+        raise ConfigError(str(err)) from None
+    return {"trace": [t.task_id for t in trace], "trace_seeds": trace_seeds(cfg), "grpo": [t.task_id for t in grpo],
+            "sft": [t.task_id for t in sft], "harvest": [t.task_id for t in harvest],
+            "eval": [t.task_id for t in eval_tasks(cfg.train_examples_per_obs)]}
 
 
 def _knob_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:

@@ -130,6 +130,11 @@ def train_tasks(count: int, examples_per_obs: int) -> list[Task]:
     return [make_task("train", seed, examples_per_obs) for seed in range(count)]
 
 
+def sft_tasks(train: list[Task], sft_count: int, examples_per_obs: int) -> list[Task]:
+    """The SFT rows' tasks: the GRPO prompts' (`train`) when W8_SFT_COUNT is 0, else train tasks 0..sft_count-1."""
+    return train if sft_count <= 0 else train_tasks(sft_count, examples_per_obs)
+
+
 def eval_tasks(examples_per_obs: int, count: int = EVAL_COUNT) -> list[Task]:
     """A small evaluation split from held-out pages (seeds from EVAL_SEED_OFFSET, never the trace seeds)."""
     return [make_task("heldout", EVAL_SEED_OFFSET + i, examples_per_obs) for i in range(count)]
@@ -211,7 +216,7 @@ def prepare_training_data(train_count: int, examples_per_obs: int, data_dir: str
     train = train_tasks(train_count, examples_per_obs)
     evals = eval_tasks(examples_per_obs)
     first = skyrl_row(train[0], reward)
-    sft_rows = train if sft_count <= 0 else train_tasks(sft_count, examples_per_obs)  # 0: the GRPO prompts' tasks
+    sft_rows = sft_tasks(train, sft_count, examples_per_obs)
     key = hashlib.sha256(json.dumps([train_count, sft_count, examples_per_obs, sft_target_source(sft_target),
                                      reward.as_row(),
                                      [t.examples_hash for t in train + evals], first["prompt"]],

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from harness import pipeline, run_folder
@@ -19,6 +20,8 @@ from harness.config import KNOBS, load_config
 from harness.exports import newest_export
 from harness.markers import MarkerError
 from harness.pipeline import RunError
+from harness.traces import search_specs
+from harness.training_data import training_data_for
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,6 +56,33 @@ def test_open_run_writes_every_knob_before_work_and_refuses_other_knobs(tmp_path
     assert pipeline.open_run(cfg, root=tmp_path) == run_dir  # same knobs: reopened as is
     with pytest.raises(RunError, match=r"W8_TRACE_MAX_ITERATIONS=4 \(now 5\)"):
         pipeline.open_run(cfg_with(W8_RUN_ID="r1", W8_TRACE_MAX_ITERATIONS=5), root=tmp_path)
+
+
+def parquet_task_ids(path: Path) -> list[str]:
+    return [info["task_id"] for info in pq.read_table(path).column("extra_info").to_pylist()]
+
+
+def test_run_config_lists_the_task_ids_the_steps_use(tmp_path):
+    cfg = cfg_with(W8_PRESET="smoke", W8_RUN_ID="tasks", W8_TRAIN_COUNT=3, W8_SFT_COUNT=2, W8_HARVEST_TASKS=2,
+                   W8_TRACE_SEEDS=2)
+    run_dir = pipeline.open_run(cfg, root=tmp_path)
+    tasks = json.loads((run_dir / "run_config.json").read_text())["tasks"]
+    # against what the steps read: the training files of steps 02/03, the searches of steps 01/04 (the harvest's
+    # own task ids are checked against this list in tests/test_harvest.py)
+    data = training_data_for(cfg, run_dir / "data")
+    sft_rows = [json.loads(line) for line in (data.sft_dir / "train.jsonl").read_text().splitlines()]
+    assert tasks["grpo"] == parquet_task_ids(data.train_parquet) and len(tasks["grpo"]) == 3
+    assert tasks["sft"] == [row["task_id"] for row in sft_rows] == tasks["grpo"][:2]
+    assert tasks["eval"] == parquet_task_ids(data.eval_parquet)
+    specs = search_specs(cfg, run_dir, "frozen")
+    assert tasks["trace"] == list(dict.fromkeys(s.task.task_id for s in specs)) and len(tasks["trace"]) == 2
+    assert tasks["trace_seeds"] == sorted({s.knobs.seed for s in specs}) and len(tasks["trace_seeds"]) == 2
+    assert len(tasks["harvest"]) == 2 and not set(tasks["harvest"]) & set(tasks["grpo"])
+    assert all(t.startswith("heldout/") for t in tasks["trace"] + tasks["eval"])
+    assert all(t.startswith("train/") for t in tasks["grpo"] + tasks["sft"] + tasks["harvest"])
+    bare = json.loads((pipeline.open_run(cfg_with(W8_RUN_ID="bare", W8_TRAIN_COUNT=2), root=tmp_path)
+                       / "run_config.json").read_text())["tasks"]
+    assert bare["sft"] == [] and bare["harvest"] == [] and len(bare["grpo"]) == 2  # no SFT, no harvesting arm
 
 
 # ---- markers, atomic writes, exports -----------------------------------------------------------
