@@ -88,6 +88,11 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.env"))
 
 
+def _workers():
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return (lambda v: v is None or 1 <= v <= cores), f"'auto' or an integer from 1 to {cores} (this machine's cores)"
+
+
 def _preset_name():
     return (lambda v: v == "" or (PRESETS_DIR / f"{v}.env").is_file()), \
         "'' or the name of a file presets/<name>.env (" + ", ".join(preset_names()) + ")"
@@ -134,7 +139,12 @@ KNOBS: tuple[Knob, ...] = (
     _knob("harness_model", str, "smollm2-135m",
           "operator model: 'smollm2-135m' (embedded GGUF), an HF id, or a local HF directory"),
     _knob("operator", str, "auto", "mutation operator: auto (hf locally, vllm on skyrl) | deterministic | hf | ct2 "
-          "(CTranslate2, CPU) | vllm | openai", _choice("auto", "deterministic", "hf", "ct2", "vllm", "openai")),
+          "(CTranslate2, CPU) | llamacpp (llama.cpp workers, CPU) | vllm | openai",
+          _choice("auto", "deterministic", "hf", "ct2", "llamacpp", "vllm", "openai")),
+    _knob("gguf_type", str, "Q8_0", "weights of the llamacpp operator's GGUF: Q8_0 | Q4_1 (the shipped base's own) | "
+          "F16 | F32 (scripts/bench_engines.py chose Q8_0)", _choice("Q8_0", "Q4_1", "F16", "F32")),
+    _knob("operator_workers", _optional(int), None, "llamacpp worker processes of one thread each (auto: every "
+          "core this process may use); a node's program does not depend on it", _workers()),
     _knob("ct2_compute_type", str, "int8", "weights of the ct2 operator's CTranslate2 copy: int8 | int8_float32 | float32",
           _choice("int8", "int8_float32", "float32")),
     _knob("harness_gold_threshold", float, 0.90, "balanced accuracy at which a harness is gold",
@@ -259,6 +269,8 @@ OTHER_ENV = {
     "W8_GCP_KEY_FILE": "the service-account JSON (.gcp-service-account.json)",
     "W8_CHROMIUM": "the Chromium executable of the harvest (/usr/bin/chromium)",
     "W8_CT2_CACHE": "where the ct2 operator keeps its converted models (each step sets <run>/cache/ct2; else .w8-biayn/ct2)",
+    "W8_GGUF_CACHE": "where the llamacpp operator keeps its GGUF copies (each step sets <run>/cache/gguf; else "
+                     ".w8-biayn/gguf)",
     "W8_FAKE_GPU_TRAINER": "tests only: the fake GPU trainer's result file (tests/fake_gpu)",
     "W8_TEST_SECRET": "tests only: a secret the sandbox must not leak",
 }
@@ -391,9 +403,9 @@ def check_together(values: Mapping[str, Any]) -> None:
     if values["gcp_iap"] and not values["gcp_vpc"]:
         raise ConfigError("W8_GCP_IAP=1 needs W8_GCP_VPC=<network>: the VPC whose firewall admits tcp:22 from IAP's "
                           "35.235.240.0/20 only (docs/gpu-launch.md)")
-    if values["operator"] == "ct2" and values["backend"] == "skyrl":
-        raise ConfigError("W8_OPERATOR=ct2 with W8_BACKEND=skyrl: the ct2 operator is for CPUs; the GPU node "
-                          "searches with vllm (W8_OPERATOR=auto)")
+    if values["operator"] in ("ct2", "llamacpp") and values["backend"] == "skyrl":
+        raise ConfigError(f"W8_OPERATOR={values['operator']} with W8_BACKEND=skyrl: that operator is for CPUs; the GPU "
+                          "node searches with vllm (W8_OPERATOR=auto)")
     if values["refine_arm"] and values["harness_sft_steps"] == 0:
         raise ConfigError("W8_REFINE_ARM=1 with W8_HARNESS_SFT_STEPS=0: the refine arm starts from the SFT warm-start")
     if values["num_nodes"] > 1 and values["backend"] != "skyrl":

@@ -1,14 +1,15 @@
 """Mutation operators: a zero-shot harness for a task, or a refinement of one, as raw model text.
 
     from harness.operators import make_operator, operator_from_config
-    op = make_operator("deterministic")              # or "hf", "ct2", "vllm", "openai"
+    op = make_operator("deterministic")              # or "hf", "ct2", "llamacpp", "vllm", "openai"
     gen = op.zero_shot(task, seed=0)                 # gen.text (raw), gen.prompt_tokens, gen.completion_tokens
     gen = op.refine(task, code, failures, seed=1)    # failures: harness.rewards.Failure, up to five shown
 
 Every LLM operator asks with the prompts of harness.prompts and returns raw text plus
 token counts; taking the code out of the text is harness.interface's job, done by the
-caller. The LLM operators (hf: transformers, ct2: CTranslate2 on CPU, vllm: in-process vLLM, openai: any
-OpenAI-compatible endpoint over plain HTTP) import their libraries only when built.
+caller. The LLM operators (hf: transformers, ct2: CTranslate2 on CPU, llamacpp: llama.cpp worker processes
+on CPU, vllm: in-process vLLM, openai: any OpenAI-compatible endpoint over plain HTTP) import their
+libraries only when built.
 `deterministic` uses no model: it composes rules from harness.rules, for tests and smoke runs.
 """
 
@@ -25,11 +26,14 @@ from typing import Any, Sequence
 
 from harness.ct2 import CT2Error, ct2_model_dir
 from harness.exports import quiet_transformers
-from harness.models import ModelError, resolve_model
+from harness.gguf_export import GGUFError, file_type_name, gguf_for
+from harness.llamacpp import LlamaCppEngine, LlamaCppError, import_llama_cpp, usable_cores
+from harness.models import EMBEDDED, ModelError, find_embedded_gguf, resolve_model
 from harness.prompts import MAX_FAILURES, build_refine_prompt, build_zero_shot_prompt
 from harness.rules import active_rules, best_rule, compose_program
 
 OPENAI_CONCURRENCY = 16  # requests in flight per round against an OpenAI-compatible endpoint
+
 
 @dataclass(frozen=True)
 class Generation:
@@ -74,6 +78,9 @@ class Operator:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "model": self.model}
+
+    def close(self) -> None:
+        """Release what the operator holds (worker processes); a no-op for most."""
 
 
 def messages_for(request: Request) -> list[dict[str, str]]:
@@ -154,18 +161,15 @@ class HFOperator(ChatOperator):
         return {"do_sample": True, "temperature": self.temperature, "top_p": 1.0, "top_k": 0}
 
     def describe(self) -> dict[str, Any]:
-        """What this operator really decodes with: the weights' dtype and every sampling argument, so the
-        compare refuses arms that decoded differently (the model is the one thing that may differ)."""
+        """The weights' dtype and every sampling argument: the compare refuses arms that decoded differently."""
         sampling = self.sampling()
         return {**super().describe(), "dtype": str(self.lm.dtype).removeprefix("torch."),
                 "generation_config": "hf", "do_sample": sampling["do_sample"],
                 "top_p": sampling.get("top_p"), "top_k": sampling.get("top_k")}
 
     def complete_batch(self, batch: list[list[dict[str, str]]], seeds: list[int]) -> list[Generation]:
-        """One padded generate for the round on a GPU; on a CPU one request at a time. Measured with
-        scripts/bench_batch.py on 2 cores (6 searches x 2 nodes, 160-token answers): a padded batch of 6
-        ran 0.93x the speed of one-by-one (prefill of ~1.3k-token prompts dominates and decode cost grew
-        with the batch), and a batch waits for its longest answer."""
+        """One padded generate for the round on a GPU; on a CPU one request at a time: a padded batch of 6
+        ran 0.93x one-by-one there (scripts/bench_batch.py, 2 cores), and a batch waits for its longest answer."""
         if not self.padded and len(batch) > 1:
             return [g for messages, seed in zip(batch, seeds) for g in self.complete_batch([messages], [seed])]
         import torch
@@ -183,8 +187,7 @@ class HFOperator(ChatOperator):
                            self._answer_length(row[width:]))
                 for row, prompt in zip(out, inputs["attention_mask"])]
 
-    def _answer_length(self, new) -> int:
-        """Tokens of one answer up to and with its end-of-turn token (the rest of a padded row is padding)."""
+    def _answer_length(self, new) -> int:  # up to and with its end-of-turn token (the rest is padding)
         ends = (new == self.tokenizer.eos_token_id).nonzero()
         return int(ends[0, 0]) + 1 if len(ends) else int(new.shape[0])
 
@@ -256,6 +259,51 @@ class CT2Operator(ChatOperator):
         new = result.sequences_ids[0]
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         return Generation(text, len(ids), len(new))
+
+
+class LlamaCppOperator(ChatOperator):
+    """llama.cpp on a GGUF of the model (harness.gguf_export) in one-thread worker processes (harness.llamacpp).
+
+    The prompt ids come from the HF tokenizer's chat template, as for hf and ct2, and the answer's ids are
+    decoded by it: every engine sees the same ids and stops at the same end-of-turn token (<|im_end|>)."""
+
+    name = "llamacpp"
+
+    def __init__(self, model: str, max_new_tokens: int = 512, temperature: float = 0.0, gguf_type: str = "Q8_0",
+                 workers: int | None = None):
+        super().__init__(max_new_tokens, temperature)
+        from transformers import AutoTokenizer
+
+        self.model = model
+        try:
+            import_llama_cpp()  # before any model loads or converts
+            path = resolve_model_path(model)
+            shipped = find_embedded_gguf(*EMBEDDED[model][:2]) if model in EMBEDDED else None
+            self.gguf = gguf_for(path, gguf_type, shipped=shipped)  # the shipped base when it is that type
+            self.gguf_type = file_type_name(self.gguf)
+            quiet_transformers()
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self.engine = LlamaCppEngine(self.gguf, workers or usable_cores())
+        except (GGUFError, LlamaCppError) as err:
+            raise OperatorError(str(err)) from None
+
+    def describe(self) -> dict[str, Any]:  # the GGUF type is the dtype: compare refuses arms that differ in it
+        return {**super().describe(), "dtype": self.gguf_type, "generation_config": "llamacpp",
+                "do_sample": self.temperature > 0, "top_p": 1.0, "top_k": 0}
+
+    def complete_batch(self, batch: list[list[dict[str, str]]], seeds: list[int]) -> list[Generation]:
+        prompts = [self.tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False)
+                   for m in batch]
+        try:
+            answers = self.engine.generate(list(zip(prompts, seeds)), self.max_new_tokens, self.temperature,
+                                           self.tokenizer.eos_token_id)
+        except LlamaCppError as err:  # a worker died: the round's answers are lost, the saved nodes are not
+            raise OperatorError(str(err)) from None
+        return [Generation(self.tokenizer.decode(new, skip_special_tokens=True), len(ids), len(new), wall)
+                for ids, (new, wall) in zip(prompts, answers)]
+
+    def close(self) -> None:
+        self.engine.close()
 
 
 # The engine settings SkyRL's own vLLM servers use (skyrl/backends/skyrl_train/inference_servers/
@@ -369,11 +417,12 @@ def _fence(code: str) -> str:
     return "```python\n" + code + "```\n"
 
 
-OPERATORS = ("deterministic", "hf", "ct2", "vllm", "openai")
+OPERATORS = ("deterministic", "hf", "ct2", "llamacpp", "vllm", "openai")
 
 
 def make_operator(name: str, model: str = "", backend: str = "local", max_new_tokens: int = 512,
-                  temperature: float = 0.0, base_url: str = "", ct2_compute_type: str = "int8") -> Operator:
+                  temperature: float = 0.0, base_url: str = "", ct2_compute_type: str = "int8",
+                  gguf_type: str = "Q8_0", workers: int | None = None) -> Operator:
     """Build an operator by name; "auto" is hf on the local backend and vllm on skyrl."""
     if name == "auto":
         name = "vllm" if backend == "skyrl" else "hf"
@@ -383,6 +432,8 @@ def make_operator(name: str, model: str = "", backend: str = "local", max_new_to
         return HFOperator(model, max_new_tokens, temperature)
     if name == "ct2":
         return CT2Operator(model, max_new_tokens, temperature, ct2_compute_type)
+    if name == "llamacpp":
+        return LlamaCppOperator(model, max_new_tokens, temperature, gguf_type, workers)
     if name == "vllm":
         return VLLMOperator(model, max_new_tokens, temperature)
     if name == "openai":
@@ -395,4 +446,5 @@ def make_operator(name: str, model: str = "", backend: str = "local", max_new_to
 def operator_from_config(cfg: Any) -> Operator:
     """make_operator with the knobs operator, harness_model, backend, operator_* ."""
     return make_operator(cfg.operator, cfg.harness_model, cfg.backend, cfg.operator_max_new_tokens,
-                         cfg.operator_temperature, cfg.operator_base_url, cfg.ct2_compute_type)
+                         cfg.operator_temperature, cfg.operator_base_url, cfg.ct2_compute_type, cfg.gguf_type,
+                         cfg.operator_workers)
