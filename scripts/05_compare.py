@@ -2,18 +2,23 @@
 
     python scripts/05_compare.py                      # needs two arms' <arm>_trace.json in the run folder
     W8_RUN_ID=demo python scripts/05_compare.py
+    python scripts/05_compare.py --results results/study-b4-self-20261206   # redo a results folder's compare
 
 Writes <run>/trace_compare.json and <run>/trace.png (harness.compare: every arm on the same
 (task, seed) pairs with the same knobs and decoding, or refused, as is a trace whose sandbox record
 is empty while its programs ran; gold recomputed; not reached
 = max_iterations + 1; the unit of analysis is the held-out task, seeds averaged inside it;
 per pair of arms four measures (steps, solved within budget, node-0 gold rate, node-0 reward)
-with a bootstrap over tasks, the exact sign test, Wilcoxon and the smallest detectable effect;
-shrunk only if strictly fewer) and <run>/summary.md: what ran, the per-arm table, the headline
-(trained vs frozen beside trained vs sft, what GRPO added), every comparison, every task and
-search, the GRPO groups' zero-variance share per step, the programs, the training metrics, the
-sandbox, wall times. Any two arms compare: a run without the frozen arm still gets its
-summary. Ends with one line: the headline pairs and shrunk yes/no.
+with the exact sign test, the exact Wilcoxon test and the interval of the shifts it does not
+reject (so interval and verdict agree), and the smallest detectable effect; shrunk only if
+strictly fewer), budget_curves.png and budget_curves_tokens.png (harness.plots: solved by node
+and by generated tokens) and <run>/summary.md: what ran, the per-arm table, the headline
+(trained vs frozen beside trained vs sft, what GRPO added, what equal compute matches), every
+comparison, every task and search, the compute ledger with the warm-start (harness.ledger), the
+GRPO groups' zero-variance share per step, the programs, the training metrics, the sandbox, wall
+times. Any two arms compare: a run without the frozen arm still gets its summary. Ends with one
+line: the headline pairs and shrunk yes/no. With --results DIR it redoes a results folder's
+compare from the files committed there.
 """
 
 from __future__ import annotations
@@ -27,8 +32,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.budget import matched_budgets, planned_arms, planned_training_generations  # noqa: E402
 from harness.compare import MEASURES, CompareError, compare_arms, pair_key, plot_arms, steps_or_budget  # noqa: E402
 from harness.files import atomic_write_json, atomic_write_text  # noqa: E402
+from harness.ledger import GRPO_METRICS, equal_compute_line, ledger, ledger_lines, warm_start  # noqa: E402
 from harness.oracle import sft_target_source  # noqa: E402
-from harness.pipeline import STEPS, StepError, StepResult, load_run_config, read_marker, run_step  # noqa: E402
+from harness.config import ConfigError  # noqa: E402
+from harness.pipeline import (STEPS, StepError, StepResult, config_of_run, load_run_config, read_marker,  # noqa: E402
+                              run_step, step_parser)
 from harness.plots import plot_budget_curves, plot_token_curves  # noqa: E402
 from harness.search_stats import curve_table  # noqa: E402
 from harness.stats import tasks_for_effect  # noqa: E402
@@ -36,10 +44,7 @@ from harness.traces import ARMS, FROZEN_LONG, arm_file, load_traces, prefix_trac
 from harness.training_data import sft_target_for, sft_target_of_config  # noqa: E402
 
 STEP = "05_compare"
-TRAINED = ("sft", "trained", "grpo_only", "refine", "self")
 METRICS = ("sft_metrics.json", "grpo_metrics.json", "grpo_only_metrics.json", "refine_metrics.json", "self_metrics.json")
-GRPO_METRICS = {"trained": "grpo_metrics.json", "grpo_only": "grpo_only_metrics.json", "refine": "refine_metrics.json",
-                "self": "self_metrics.json"}
 METRIC_KEYS = ("loss", "reward_mean", "reward_std", "valid_rate", "zero_variance_groups", "step_time_s")
 NAMES = {("trained", "frozen"): "trained vs frozen", ("sft", "frozen"): "sft vs frozen (the warm-start alone)",
          ("trained", "frozen_matched"): "trained vs frozen at equal compute (frozen_matched)",
@@ -111,6 +116,8 @@ def headline_lines(result: dict) -> list[str]:
     by = {(c["a"], c["b"]): c for c in result["comparisons"]}
     lines = [f"- **{pair_name(*pair)}** (n = {by[pair]['n_tasks']} tasks): {by[pair]['verdict']}"
              for pair in HEADLINE if pair in by]
+    if matches := equal_compute_line(result, result["ledger"], result["warm_start"]):
+        lines.append(matches)
     lines += [f"- **{pair_name(a, b)}** (n = {c['n_tasks']} tasks): {c['verdict']}"
               for (a, b), c in by.items() if b.startswith("frozen@")]
     lines += [f"- **no GRPO effect is reported**: {w}" for w in result["warnings"]]
@@ -138,70 +145,6 @@ def refinement_lines(result: dict) -> list[str]:
                         "parent's; identical = the parent's program unchanged (comments and spacing aside)."]
 
 
-def grpo_generations_done(metrics: dict) -> int:
-    """The completions a local or SkyRL GRPO really sampled: each step's prompts x group."""
-    group = metrics.get("group_size") or 0
-    total = 0
-    for step in metrics.get("steps") or []:
-        if step.get("generations") is not None:
-            total += int(step["generations"])
-        else:
-            total += int(step.get("prompts") or 1) * group
-    return total
-
-
-def training_ledger(run_dir: Path, arm: str) -> dict:
-    """What an arm's training spent: GRPO samples, harvest search nodes, and the wall time of each part."""
-    read = lambda name: json.loads((run_dir / name).read_text()) if (run_dir / name).is_file() else {}  # noqa: E731
-    sft = read("sft_metrics.json")
-    sft_wall = sft.get("train_wall_s", 0.0) if arm in ("sft", "trained", "refine") else 0.0
-    metrics = read(GRPO_METRICS[arm]) if arm in GRPO_METRICS else {}
-    harvests = metrics.get("harvests") or []
-    if arm == "self" and not metrics:  # no training data: the harvests still ran
-        harvests = (read("self_data.json") or {}).get("harvests") or []
-    grpo = grpo_generations_done(metrics) if metrics else 0
-    nodes = sum(h.get("nodes", 0) for h in harvests)
-    return {"grpo_generations": grpo, "harvest_generations": nodes, "training_generations": grpo + nodes,
-            "harvest_wall_s": round(sum(h.get("wall_s", 0.0) for h in harvests), 1),
-            "sft_wall_s": round(sft_wall, 1), "train_wall_s": trainer_wall(metrics)}
-
-
-def trainer_wall(metrics: dict) -> float:
-    """The training's own wall time, harvests excluded (their search time is harvest_wall_s): `trainer_wall_s`
-    where step 03 recorded it; else (runs before it did) the arm's wall time in step 03's last invocation,
-    which also holds any harvest that invocation searched rather than found saved."""
-    return round(metrics.get("trainer_wall_s", metrics.get("train_wall_s", 0.0)), 1)
-
-
-def ledger(run_dir: Path, result: dict, planned: dict) -> dict:
-    """Per arm: the searches' spend (harness.search_stats.search_ledger) and the training's, with the plan."""
-    out = {}
-    for arm, a in result["arms"].items():
-        base = arm.split("@")[0] if "@" in arm else arm
-        out[arm] = {**a["search_ledger"], **(training_ledger(run_dir, base) if base in TRAINED else
-                                             {"training_generations": 0}),
-                    "planned_training_generations": planned.get(base, 0)}
-    return out
-
-
-def ledger_lines(book: dict, n_tasks: int) -> list[str]:
-    lines = ["| arm | search nodes | tokens generated in search | sandbox evaluations | search wall s | training "
-             "generations (GRPO + harvest) | planned | training wall s (fine-tunes + GRPO) | harvest wall s | total "
-             "generations per task |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for arm, e in book.items():
-        total = (e["search_generations"] + e["training_generations"]) / max(1, n_tasks)
-        train = (f"{e['training_generations']} ({e.get('grpo_generations', 0)} + {e.get('harvest_generations', 0)})"
-                 if "grpo_generations" in e else str(e["training_generations"]))
-        wall = (f"{e.get('sft_wall_s', 0) + e.get('train_wall_s', 0):.0f} | {e.get('harvest_wall_s', 0):.0f}"
-                if "train_wall_s" in e else "- | -")
-        lines.append(f"| {arm} | {e['search_generations']} | {e['completion_tokens']} | {e['sandbox_evaluations']} | "
-                     f"{e['search_wall_s']:.0f} | {train} | {e['planned_training_generations']} | {wall} | "
-                     f"{total:.1f} |")
-    return lines + ["", "Equal compute: frozen_matched's budget is frozen's plus the trained arm's PLANNED training "
-                        "generations per task, rounded up (harness.budget); the plan bounds what training really "
-                        "spent (the training generations column), so the control never gets less compute."]
-
-
 def missing_lines(run_dir: Path, planned: list[str], present: list[str]) -> list[str]:
     """The planned arms with no finished trace, each with why (a curve is never drawn from a partial arm)."""
     lines = []
@@ -210,8 +153,9 @@ def missing_lines(run_dir: Path, planned: list[str], present: list[str]) -> list
             continue
         data = json.loads((run_dir / "self_data.json").read_text()) if arm == "self" and \
             (run_dir / "self_data.json").is_file() else {}
-        why = (f"{data['status']}: the harvests kept no program above the base model's median reward "
-               f"{data.get('base_median_reward')} that beats a constant answer"
+        rule = data.get("rule") or "above the base model's median reward, better than a constant answer"
+        why = (f"{data['status']}: the harvests kept no program (base model's median reward "
+               f"{data.get('base_median_reward')}; the rule the run applied: {rule})"
                if data.get("status") == "no training data" else
                "no finished trace file (its searches are incomplete or its training has no export): resume the run")
         lines.append(f"- `{arm}`: {why}")
@@ -376,7 +320,7 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], z
         "",
         "## compute ledger",
         "",
-        *ledger_lines(result["ledger"], result["n_tasks"]),
+        *ledger_lines(result["ledger"], result["n_tasks"], result["warm_start"]),
         "",
         "## paired comparisons over tasks",
         "",
@@ -404,14 +348,23 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], z
         "",
         "## wall times",
         "",
-        "| step | wall s | peak RSS MB | summary |",
-        "|---|---|---|---|",
+        *wall_time_lines(run_dir),
     ]
-    for step in STEPS[:-1]:
-        marker = read_marker(run_dir, step) or {}
-        lines.append(f"| {step} | {marker.get('wall_s', '-')} | {marker.get('peak_rss_mb', '-')} | "
-                     f"{marker.get('summary', 'not run')} |")
     return "\n".join(lines) + "\n"
+
+
+def wall_time_lines(run_dir: Path) -> list[str]:
+    """Each step's wall time and peak memory from its marker; in a results folder (no markers) the rows the
+    summary.md already there recorded when its run wrote it, kept as they were."""
+    head = ["| step | wall s | peak RSS MB | summary |", "|---|---|---|---|"]
+    markers = {step: read_marker(run_dir, step) for step in STEPS[:-1]}
+    if not any(markers.values()) and (run_dir / "summary.md").is_file():
+        kept = (run_dir / "summary.md").read_text().split("## wall times", 1)[-1].splitlines()
+        rows = [line for line in kept if line.startswith("| 0")]
+        if rows:
+            return [*head, *rows, "", "(recorded by the run's own step 05: its step markers are not in this folder)"]
+    return head + [f"| {step} | {(m or {}).get('wall_s', '-')} | {(m or {}).get('peak_rss_mb', '-')} | "
+                   f"{(m or {}).get('summary', 'not run')} |" for step, m in markers.items()]
 
 
 def equal_compute_cuts(cfg, run_dir: Path, arms: dict[str, list[dict]]) -> list[tuple[str, str]]:
@@ -434,7 +387,8 @@ def equal_compute_cuts(cfg, run_dir: Path, arms: dict[str, list[dict]]) -> list[
     return pairs
 
 
-def body(cfg, run_dir: Path, args) -> StepResult:
+def compare_folder(cfg, run_dir: Path) -> dict:
+    """The compare of a folder's arm traces: trace_compare.json, the three figures and summary.md, written there."""
     arms = {arm: load_traces(run_dir / arm_file(arm)) for arm in ARMS if (run_dir / arm_file(arm)).exists()}
     if len(arms) < 2:
         raise StepError(f"{run_dir} has {len(arms)} arm trace(s) ({', '.join(arms) or 'none'}); a compare needs two: "
@@ -453,6 +407,7 @@ def body(cfg, run_dir: Path, args) -> StepResult:
     result["grpo_zero_variance"] = zero
     planned = planned_arms(cfg)
     result["ledger"] = ledger(run_dir, result, planned_training_generations(cfg, planned))
+    result["warm_start"] = warm_start(cfg, run_dir, list(result["arms"]))
     result["missing_arms"] = [arm for arm in planned if arm not in present]
     atomic_write_json(run_dir / "trace_compare.json", result)
     plot_arms({arm: arms[arm] for arm in present}, run_dir / "trace.png")
@@ -460,6 +415,11 @@ def body(cfg, run_dir: Path, args) -> StepResult:
     plot_token_curves(result["token_curves"], run_dir / "budget_curves_tokens.png")
     atomic_write_text(run_dir / "summary.md", summary_markdown(run_dir, result, {a: arms[a] for a in present}, zero,
                                                                 missing_lines(run_dir, planned, present)))
+    return result
+
+
+def body(cfg, run_dir: Path, args) -> StepResult:
+    result = compare_folder(cfg, run_dir)
     by = {(c["a"], c["b"]): c for c in result["comparisons"]}
     parts = [f"{a} vs {b} solved {by[(a, b)]['measures']['solved']['mean_a']:.0%} vs "
              f"{by[(a, b)]['measures']['solved']['mean_b']:.0%}, node-0 gold "
@@ -473,5 +433,30 @@ def body(cfg, run_dir: Path, args) -> StepResult:
                       summary)
 
 
+def redo_results(folder: Path) -> int:
+    """--results DIR: the compare redone in a results folder from its committed traces, metrics and run_config.json
+    (no run folder, lock or marker; the knobs are the run's own). The wall-time rows are kept from its summary.md."""
+    try:
+        cfg = config_of_run(folder)
+        result = compare_folder(cfg, folder)
+    except (StepError, ConfigError, OSError, ValueError, KeyError) as err:
+        print(f"error: [{STEP}] {folder}: {err}", file=sys.stderr)
+        return 1
+    print(f"[{STEP}] {folder}: {len(result['comparisons'])} comparisons over {result['n_tasks']} tasks redone: "
+          "trace_compare.json, trace.png, budget_curves.png, budget_curves_tokens.png, summary.md")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = step_parser(STEP, __doc__)
+    parser.add_argument("--results", type=Path, metavar="DIR", default=None,
+                        help="redo the compare in a results folder (results/<run-id>/) from its committed traces")
+    args, _ = parser.parse_known_args(argv)
+    if args.results is not None:
+        return redo_results(args.results)
+    return run_step(STEP, __doc__, body, argv, parser=parser)
+
+
 if __name__ == "__main__":
-    raise SystemExit(run_step(STEP, __doc__, body))
+    raise SystemExit(main())

@@ -102,3 +102,10 @@ def test_the_verdict_takes_its_side_from_the_ranks_not_from_counting_tasks():
 def test_wilcoxon_method_names():
     assert wilcoxon_p([0, 0]) == (1.0, "all zero")
     assert wilcoxon_p([1, 2, 3])[1] == "exact" and wilcoxon_p([1, 1, 3])[1] == "exact permutation"
+
+
+def test_differences_equal_in_exact_arithmetic_tie_whatever_the_float_error():
+    # 0.6 - 0.4 and 0.8 - 0.6 are 0.2 both, but 0.19999999999999996 and 0.20000000000000007 as floats: one tie
+    floats = [0.6 - 0.4, 0.8 - 0.6, -0.1, 0.3, 0.5, 0.7]
+    assert floats[0] != floats[1]
+    assert signed_rank_p(floats) == signed_rank_p([0.2, 0.2, -0.1, 0.3, 0.5, 0.7]) == scipy_p([0.2, 0.2, -0.1, 0.3, 0.5, 0.7])

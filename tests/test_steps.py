@@ -101,25 +101,3 @@ def test_summary_says_which_sandbox_ran_and_what_daytona_confirmed():
                      "2026-12-03T10:00:00Z Daytona failed 3 programs in a row (last: x); Daytona sandbox sb-1: network "
                      "block confirmed (probe reached nothing), Python 3.11.9, 1 slot(s), retries 5, recreated 1")
     assert second == "- 03_grpo: asked local, programs run: local 8, sandbox failures 0"
-
-
-def test_the_ledger_keeps_training_and_harvest_wall_time_apart(tmp_path):
-    """A self arm's metrics as step 03 writes them: the fine-tunes' + GRPO's own wall time (trainer_wall_s) and
-    the harvests' search time are two columns; a metrics file from before trainer_wall_s keeps its train_wall_s."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("compare_step", REPO / "scripts" / "05_compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    harvests = [{"name": "self-r1", "nodes": 24, "wall_s": 500.0}, {"name": "self-r2", "nodes": 24, "wall_s": 300.0}]
-    metrics = {"group_size": 4, "steps": [{"step": 1}, {"step": 2}], "harvests": harvests,
-               "train_wall_s": 1100.0, "trainer_wall_s": 300.0}
-    (tmp_path / "self_metrics.json").write_text(json.dumps(metrics))
-    book = module.training_ledger(tmp_path, "self")
-    assert book == {"grpo_generations": 8, "harvest_generations": 48, "training_generations": 56,
-                    "harvest_wall_s": 800.0, "sft_wall_s": 0.0, "train_wall_s": 300.0}
-    row = module.ledger_lines({"self": {"search_generations": 80, "completion_tokens": 10, "sandbox_evaluations": 80,
-                                        "search_wall_s": 40.0, "planned_training_generations": 56, **book}}, 16)[2]
-    assert row == "| self | 80 | 10 | 80 | 40 | 56 (8 + 48) | 56 | 300 | 800 | 8.5 |"
-    del metrics["trainer_wall_s"]
-    (tmp_path / "self_metrics.json").write_text(json.dumps(metrics))
-    assert module.training_ledger(tmp_path, "self")["train_wall_s"] == 1100.0
