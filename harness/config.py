@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from harness.node_env import SKYRL_REF
+from harness.rule_split import HOLDABLE, SPLIT_KINDS, SplitError, parse_rules
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
 
@@ -93,6 +94,15 @@ def _workers():
     return (lambda v: v is None or 1 <= v <= cores), f"'auto' or an integer from 1 to {cores} (this machine's cores)"
 
 
+def _rules():
+    def ok(v: str) -> bool:
+        try:
+            return len(parse_rules(v)) >= 2
+        except SplitError:
+            return False
+    return ok, f"two or more comma-separated families of {', '.join(HOLDABLE)}"
+
+
 def _preset_name():
     return (lambda v: v == "" or (PRESETS_DIR / f"{v}.env").is_file()), \
         "'' or the name of a file presets/<name>.env (" + ", ".join(preset_names()) + ")"
@@ -147,6 +157,11 @@ KNOBS: tuple[Knob, ...] = (
           "core this process may use); a node's program does not depend on it", _workers()),
     _knob("ct2_compute_type", str, "int8", "weights of the ct2 operator's CTranslate2 copy: int8 | int8_float32 | float32",
           _choice("int8", "int8_float32", "float32")),
+    _knob("split", str, "page", "train vs held-out: page (held-out pages, the same rules: measures recall) | rule "
+          "(held-out pages whose tasks need W8_HELDOUT_RULES, which no training example shows; harness/rule_split.py)",
+          _choice(*SPLIT_KINDS)),
+    _knob("heldout_rules", str, "pointer,fill_editable", "the oracle's rule families the rule split holds out of "
+          "training (harness.rules names)", _rules()),
     _knob("harness_gold_threshold", float, 0.90, "balanced accuracy at which a harness is gold",
           _unit_open_closed()),
     _knob("reward_recall_weight", float, 0.2, "w in reward = (1-w)*balanced_accuracy + w*effective_recall",

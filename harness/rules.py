@@ -135,7 +135,7 @@ def active_rules(code: str) -> list[str]:
 
 
 @lru_cache(maxsize=512)
-def _rule_function(active: frozenset[str]) -> Any:
+def rule_function(active: frozenset[str]) -> Any:
     """The compiled is_legal_action of a rule set (our own generated code, run in-process)."""
     scope: dict[str, Any] = {}
     exec(compile(compose_program(sorted(active)), "<rule-library>", "exec"), scope)
@@ -144,7 +144,7 @@ def _rule_function(active: frozenset[str]) -> Any:
 
 def _fixes(active: list[str], rule: str, failures: Sequence[Any]) -> int:
     """How many of the shown failures the program with `rule` added gets right."""
-    harness = _rule_function(frozenset(active + [rule]))
+    harness = rule_function(frozenset(active + [rule]))
     fixed = 0
     for f in failures:
         try:

@@ -1,0 +1,95 @@
+"""Proof that a split means what it says, task by task (tests, `make benchmark-report`, the study's results).
+
+    from harness.split_check import check_split
+    report = check_split(design, heldout_tasks, train_tasks, gold_threshold=0.9)
+    report["rows"][0]   # per held-out task: the full oracle's, the restricted target's and a constant's
+                        # balanced accuracy, how many of the first refinement prompt's failures depend on H,
+                        # and the steps a rule-adding operator needs from the restricted program
+
+Per held-out task:
+- `full`: the full oracle's balanced accuracy (must be gold on every task, or the task is no test);
+- `restricted`: the warm-start's target's (the compact program without H): below gold on most tasks is what
+  makes the search necessary;
+- `constant`: always-False, the floor every harness must beat;
+- `shown_dependent`: of the failures the search's first refinement of the restricted target is shown (the same
+  selection harness.search makes), how many depend on H: the feedback carries what is missing;
+- `rule_operator_steps`: refinements the deterministic operator (harness.rules: adds the library rule that
+  fixes most shown failures) needs from the restricted oracle to reach gold, None if not within 3: an operator
+  that can add a rule from feedback does reach gold, so a model that does not is a finding about the model.
+Train tasks: how many hold an example that depends on H (must be 0) and how many the restricted target is
+gold on (must be all).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from harness.dataset import Task
+from harness.failures import failure_candidates, select_failures
+from harness.interface import extract_code
+from harness.operators import DeterministicOperator
+from harness.rewards import score_harness
+from harness.rule_split import Design, compact_program, depends_on, restricted_rules
+from harness.rules import compose_program
+
+CONSTANT = "def is_legal_action(state, action):\n    return False\n"
+RULE_OPERATOR_BUDGET = 3
+
+
+def task_row(design: Design, task: Task, threshold: float) -> dict[str, Any]:
+    """One held-out task's figures (module docstring)."""
+    heldout = design.heldout_rules
+    target = compact_program(heldout)
+    restricted = score_harness(target, list(task.examples))
+    shown = select_failures(failure_candidates(restricted, task.examples), attempt=0)
+    return {"task_id": task.task_id, "page": task.page,
+            "n_dependent": sum(depends_on(heldout, e.state, e.action) for e in task.examples),
+            "full": score_harness(compose_program(restricted_rules(())), list(task.examples)).balanced_accuracy,
+            "restricted": restricted.balanced_accuracy,
+            "constant": score_harness(CONSTANT, list(task.examples)).balanced_accuracy,
+            "shown": len(shown), "shown_dependent": sum(depends_on(heldout, f.state, f.action) for f in shown),
+            "rule_operator_steps": rule_operator_steps(design, task, threshold)}
+
+
+def rule_operator_steps(design: Design, task: Task, threshold: float) -> int | None:
+    """Refinements of the restricted oracle by the rule-library operator until gold (None: not in the budget)."""
+    operator, code = DeterministicOperator(), compose_program(restricted_rules(design.heldout_rules))
+    for step in range(RULE_OPERATOR_BUDGET + 1):
+        score = score_harness(code, list(task.examples))
+        if score.valid and score.balanced_accuracy >= threshold:
+            return step
+        shown = select_failures(failure_candidates(score, task.examples), attempt=0)
+        code = extract_code(operator.refine(task, code, shown).text)
+    return None
+
+
+def check_split(design: Design, heldout: Sequence[Task], train: Sequence[Task], threshold: float) -> dict[str, Any]:
+    """The per-task rows and the split's contract in numbers (module docstring)."""
+    rows = [task_row(design, task, threshold) for task in heldout]
+    target = compact_program(design.heldout_rules)
+    train_dependent = sum(any(depends_on(design.heldout_rules, e.state, e.action) for e in t.examples) for t in train)
+    train_gold = sum(score_harness(target, list(t.examples)).balanced_accuracy >= threshold for t in train)
+    n = len(rows)
+    return {"design": design.record(), "gold_threshold": threshold, "rows": rows, "n_heldout": n,
+            "full_gold": sum(r["full"] >= threshold for r in rows),
+            "restricted_below_gold": sum(r["restricted"] < threshold for r in rows),
+            "prompts_showing_h": sum(r["shown_dependent"] > 0 for r in rows),
+            "rule_operator_gold": sum(r["rule_operator_steps"] is not None for r in rows),
+            "n_train": len(train), "train_with_dependent": train_dependent, "train_restricted_gold": train_gold}
+
+
+def report_lines(report: dict[str, Any]) -> list[str]:
+    """The check as text: a table of held-out tasks and one line per contract."""
+    out = [f"{'held-out task':<40} {'dep':>3} {'full':>5} {'restr':>6} {'const':>6} {'shown H':>8} {'rule op':>7}"]
+    for r in report["rows"]:
+        steps = "-" if r["rule_operator_steps"] is None else str(r["rule_operator_steps"])
+        out.append(f"{r['page'][:40]:<40} {r['n_dependent']:>3} {r['full']:>5.3f} {r['restricted']:>6.3f} "
+                   f"{r['constant']:>6.3f} {r['shown_dependent']:>3}/{r['shown']:<4} {steps:>7}")
+    n, t = report["n_heldout"], report["gold_threshold"]
+    out += [f"full oracle gold (>= {t}) on {report['full_gold']}/{n} held-out tasks; restricted target below gold on "
+            f"{report['restricted_below_gold']}/{n}; first refinement prompt shows an H example on "
+            f"{report['prompts_showing_h']}/{n}; the rule-library operator reaches gold from the restricted oracle "
+            f"within {RULE_OPERATOR_BUDGET} refinements on {report['rule_operator_gold']}/{n}",
+            f"train tasks: {report['train_with_dependent']}/{report['n_train']} hold an example that depends on H; "
+            f"the restricted target is gold on {report['train_restricted_gold']}/{report['n_train']}"]
+    return out
