@@ -90,6 +90,7 @@ def training_ledger(run_dir: Path, arm: str) -> dict[str, Any]:
             "harvest_wall_s_high": round(sum(w["high"] for w in walls), 1),
             "harvest_worker_s": round(sum(w["worker_s"] for w in walls), 1),
             "harvest_wall_recomputed": any(w["recomputed"] for w in walls),
+            "train_wall_may_hold_harvest": bool(harvests) and "trainer_wall_s" not in metrics,
             "sft_wall_s": round(sft_wall, 1), "train_wall_s": trainer_wall(metrics)}
 
 
@@ -216,6 +217,10 @@ def ledger_lines(book: dict, n_tasks: int, warm: dict[str, dict | None] | None =
                       "time = worker-seconds / searches when no search stopped early at gold, and lies between "
                       "worker-seconds / searches and worker-seconds / (searches - gold nodes) otherwise "
                       "(harness.ledger). Lower bounds if a harvest was killed and resumed."]
+    if held := [arm for arm, e in book.items() if e.get("train_wall_may_hold_harvest")]:
+        lines += ["", f"Training wall time of {', '.join(held)}: step 03's whole time for the arm, recorded before the "
+                      "training's own time was (trainer_wall_s); it holds the harvests if that invocation of step 03 "
+                      "searched them rather than found them saved."]
     if warm:
         lines += ["", *warm_start_lines(warm)]
     return lines

@@ -28,13 +28,20 @@ def test_the_ledger_keeps_training_and_harvest_wall_time_apart(tmp_path):
     book = training_ledger(tmp_path, "self")
     assert book == {"grpo_generations": 8, "harvest_generations": 48, "training_generations": 56,
                     "harvest_wall_s": 470.0, "harvest_wall_s_high": 470.0, "harvest_worker_s": 5500.0,
-                    "harvest_wall_recomputed": False, "sft_wall_s": 0.0, "train_wall_s": 300.0}
+                    "harvest_wall_recomputed": False, "train_wall_may_hold_harvest": False, "sft_wall_s": 0.0,
+                    "train_wall_s": 300.0}
     row = ledger_lines({"self": {"search_generations": 80, "completion_tokens": 10, "sandbox_evaluations": 80,
                                  "search_wall_s": 40.0, "planned_training_generations": 56, **book}}, 16)[2]
     assert row == "| self | 80 | 10 | 80 | 40 | 56 (8 + 48) | 56 | 300 | 470 (5500 worker-s) | 8.5 |"
     del metrics["trainer_wall_s"]
     (tmp_path / "self_metrics.json").write_text(json.dumps(metrics))
-    assert training_ledger(tmp_path, "self")["train_wall_s"] == 1100.0
+    older = training_ledger(tmp_path, "self")
+    assert older["train_wall_s"] == 1100.0 and older["train_wall_may_hold_harvest"] is True
+    assert ledger_lines({"self": {"search_generations": 80, "completion_tokens": 10, "sandbox_evaluations": 80,
+                                  "search_wall_s": 40.0, "planned_training_generations": 56, **older}}, 16)[-1] == (
+        "Training wall time of self: step 03's whole time for the arm, recorded before the training's own time was "
+        "(trainer_wall_s); it holds the harvests if that invocation of step 03 searched them rather than found them "
+        "saved.")
 
 
 def test_a_summed_harvest_record_gets_its_real_time_back():
