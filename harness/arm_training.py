@@ -2,7 +2,8 @@
 
     from harness.arm_training import harvest, mixed_training_data, self_round_rows, check_no_oracle
     h = harvest(cfg, run_dir, "refine", sft_export)              # <run>/harvest/refine.json (own process)
-    data, mix = mixed_training_data(cfg, run_dir, "refine", [h])  # <run>/data/refine/train.parquet
+    data, mix, programs = mixed_training_data(cfg, run_dir, "refine", data, [h])  # <run>/data/refine/train.parquet
+    write_training_programs(run_dir, "refine", programs)          # <run>/refine_programs.jsonl (results too)
 
 refine: the SFT export searches train pages (a harvest); its refinement requests become GRPO
         prompts (harness.prompts.build_refine_prompt, the search's own prompt), mixed with the
@@ -14,8 +15,14 @@ self:   no answer key anywhere. Round r (1..W8_SELF_ROUNDS): the round's model (
         model is fine-tuned on them (rejection sampling as ReST-EM does: always from the base, on
         the latest round's programs). Then the last model
         harvests once more for its refinement prompts, and GRPO on the mixed rows starts from it.
-        Every training row's source (harvest, task, node, reward) goes to <run>/self_data.json,
-        and a row whose program is the oracle's (or the compact SFT target) fails the run.
+        Every training row's program goes to <run>/self_programs.jsonl and its source (harvest,
+        task, node, reward) to <run>/self_data.json, which points at the program by row index and
+        sha256; a row whose program is similar to the oracle's (or the compact SFT target) fails
+        the run (check_no_oracle).
+
+The programs an arm trains on are in <run>/<arm>_programs.jsonl, one row per training row: the program
+text, where it came from (harvest, task id, page, task seed, node) and the reward the search gave it; step
+03 lists it among its outputs, so it is copied into results/<run-id>/ with the other small artifacts.
 
 The drivers of these steps live in scripts/03_grpo.py; this module holds what they share.
 """
@@ -23,25 +30,31 @@ The drivers of these steps live in scripts/03_grpo.py; this module holds what th
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import functools
+import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from harness.dataset import Task
 from harness.files import REPO_ROOT, atomic_write_json, read_json
-from harness.harvest import (CONSTANT_BALANCED_ACCURACY, harvest_file, harvest_line, harvest_numbers,
+from harness.harvest import (CONSTANT_BALANCED_ACCURACY, harvest_dir, harvest_file, harvest_line, harvest_numbers,
                              harvest_wall_s, kept_programs, load_harvest, median_reward, refinement_requests)
 from harness.interface import program_key
 from harness.oracle import sft_target_source
 from harness.rewards import RewardKnobs
 from harness.run_folder import StepError
 from harness.training_data import (TrainingData, mixed_rows, program_row, refine_row, row_prompt_kind, skyrl_row,
-                                   train_tasks, training_data_for, write_jsonl_rows,
-                                   write_parquet_rows)
+                                   train_tasks, training_data_for, write_jsonl_rows, write_parquet_rows)
 
 MIX_SEED = 0  # the mixed rows' order (the trainer shuffles again with its own seed)
 SFT_TARGETS = ("oracle", "compact")
+# check_no_oracle: a program this similar to an SFT target is the answer key (the measure and why this bar: there)
+ANSWER_KEY_SIMILARITY = 0.5
 
 
 def harvest(cfg: Any, run_dir: Path, name: str, model: str) -> dict[str, Any]:
@@ -65,15 +78,16 @@ def harvest(cfg: Any, run_dir: Path, name: str, model: str) -> dict[str, Any]:
 
 
 def mixed_training_data(cfg: Any, run_dir: Path, name: str, data: TrainingData, harvests: list[dict[str, Any]],
-                        forbid_oracle: bool = False) -> tuple[TrainingData, dict[str, Any]]:
+                        forbid_oracle: bool = False) -> tuple[TrainingData, dict[str, Any], list[dict[str, Any]]]:
     """<run>/data/<name>/train.parquet: W8_TRAIN_COUNT rows, W8_REFINE_SHARE of them refinement prompts from
-    the harvests' own refinement requests, the rest the zero-shot rows; `data` with that parquet.
-    forbid_oracle (the self arm): a parent program that is the answer key fails the run."""
+    the harvests' own refinement requests, the rest the zero-shot rows; `data` with that parquet, the mix in
+    numbers, and the programs the refinement rows show (refinement_programs: the arm's training programs).
+    forbid_oracle (the self arm): a parent program similar to the answer key fails the run."""
     reward = RewardKnobs.from_config(cfg)
     zero_shot = [skyrl_row(t, reward) for t in train_tasks(cfg.train_count, cfg.train_examples_per_obs)]
     requests = [r for h in harvests for r in refinement_requests(h)]
     if forbid_oracle:
-        check_no_oracle([r.parent_code for r in requests], [f"refinement parent {r.source}" for r in requests])
+        check_no_oracle([{"kind": "refinement parent", **r.source, "code": r.parent_code} for r in requests])
     refine = [refine_row(r.task, r.parent_code, r.failures, r.parent_reward, reward, cfg.refine_improvement_bonus,
                          cfg.refine_identical_penalty, attempt=r.attempt, source=r.source) for r in requests]
     rows, mix = mixed_rows(zero_shot, refine, cfg.refine_share, cfg.train_count, MIX_SEED)
@@ -81,7 +95,53 @@ def mixed_training_data(cfg: Any, run_dir: Path, name: str, data: TrainingData, 
     info = {"parquet": str(path.relative_to(run_dir)), "refine_share": cfg.refine_share,
             "refinement_pool": len(refine), "harvests": [h["name"] for h in harvests], **mix,
             "refine_sources": [row_source(r) for r in rows if row_prompt_kind(r) == "refine"]}
-    return dataclasses.replace(data, train_parquet=path, n_train=len(rows)), info
+    return dataclasses.replace(data, train_parquet=path, n_train=len(rows)), info, refinement_programs(rows)
+
+
+def refinement_programs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The program of each refinement row (the parent the prompt asks to improve), as a training-program record:
+    its source (harvest, task, node asked at, parent: the node holding the program, model), page, task seed,
+    the attempt, the parent's reward, the program."""
+    out = []
+    for row in rows:
+        if row_prompt_kind(row) != "refine":
+            continue
+        info = row["extra_info"]
+        out.append(program_record({"kind": "grpo_refinement_prompt", **row_source(row), "task_id": info["task_id"],
+                                   "page": info["page"], "seed": info["seed"], "attempt": info["attempt"]},
+                                  info["parent_code"], info["parent_reward"]))
+    return out
+
+
+def program_record(source: dict[str, Any], code: str, reward: float) -> dict[str, Any]:
+    """One row of <arm>_programs.jsonl: where the program came from, its reward, its sha256, its text."""
+    return {**source, "reward": reward, "program_sha256": hashlib.sha256(code.encode()).hexdigest(), "code": code}
+
+
+def kept_record(round_: int, task: Task, code: str, reward: float, source: dict[str, Any]) -> dict[str, Any]:
+    """A kept program (harness.harvest.KeptProgram) as a training-program record of a self round."""
+    return program_record({"round": round_, "kind": "rejection_sampling_sft", **source, "page": task.page,
+                           "seed": task.seed}, code, reward)
+
+
+def programs_file(arm: str) -> str:
+    """The arm's training programs, relative to the run folder (a small artifact: results/<run-id>/ gets it)."""
+    return f"{arm}_programs.jsonl"
+
+
+def write_training_programs(run_dir: Path, arm: str, programs: list[dict[str, Any]]) -> Path:
+    """<run>/<arm>_programs.jsonl: one training-program record a line (an empty file when there is none)."""
+    return write_jsonl_rows(programs, Path(run_dir) / programs_file(arm))
+
+
+def arm_training_inputs(run_dir: Path, arm: str) -> list[str]:
+    """What the arm built and trained on, relative to the run folder: its harvest records (harvest/refine.json;
+    harvest/self-r<k>.json) and its data folders (data/refine/; data/self/, data/self-r<k>/), for step 03's
+    marker to hash (harness.markers: a damaged one is named and rebuilt)."""
+    run_dir = Path(run_dir)
+    records = harvest_dir(run_dir).glob("refine.json" if arm == "refine" else "self-r*.json")
+    folders = [p for p in (run_dir / "data").glob(f"{arm}*") if p.is_dir() and (p.name == arm or arm == "self")]
+    return sorted(str(p.relative_to(run_dir)) for p in [*records, *folders])
 
 
 def row_source(row: dict[str, Any]) -> dict[str, Any]:
@@ -94,37 +154,75 @@ def row_source(row: dict[str, Any]) -> dict[str, Any]:
 
 def self_round_rows(cfg: Any, run_dir: Path, round_: int, harvest_: dict[str, Any], floor: float
                     ) -> tuple[TrainingData | None, list[dict[str, Any]]]:
-    """The rejection-sampling rows of one self round (<run>/data/self-r<k>/sft/train.jsonl) and their sources;
-    (None, []) when the harvest kept no program."""
+    """The rejection-sampling rows of one self round (<run>/data/self-r<k>/sft/train.jsonl) and their programs
+    (training-program records); (None, []) when the harvest kept no program."""
     kept = kept_programs(harvest_, floor)
-    sources = [{"round": round_, "kind": "rejection_sampling_sft", **k.source} for k in kept]
     if not kept:
         return None, []
+    programs = [kept_record(round_, k.task, k.code, k.reward, k.source) for k in kept]
+    check_no_oracle(programs)
     folder = Path(run_dir) / "data" / f"self-r{round_}"
     write_jsonl_rows([program_row(k.task, k.code) for k in kept], folder / "sft" / "train.jsonl")
-    check_no_oracle([k.code for k in kept], [f"round {round_} row {i}" for i in range(len(kept))])
     own = training_data_for(cfg, Path(run_dir) / "data")  # its parquets: what SkyRL's length check measures
-    return dataclasses.replace(own, sft_dir=folder / "sft"), sources
+    return dataclasses.replace(own, sft_dir=folder / "sft"), programs
 
 
-def check_no_oracle(programs: list[str], names: list[str]) -> None:
-    """StepError when a training program is the oracle's or the compact SFT target's (the answer key)."""
-    keys = {program_key(sft_target_source(target)): target for target in SFT_TARGETS}
-    for program, name in zip(programs, names):
-        if program_key(program) in keys:
-            raise StepError(f"self arm: {name} is the {keys[program_key(program)]} program (the answer key), "
-                            "which the self arm must never train on")
+def program_tokens(code: str) -> list[str]:
+    """A program as the tokens check_no_oracle compares: names, numbers and single punctuation marks of its
+    normalised text (harness.interface.program_key: comments, spacing and quote style do not count)."""
+    return re.findall(r"\w+|[^\w\s]", program_key(code))
 
 
-def write_self_data(run_dir: Path, status: str, rounds: list[dict[str, Any]], rows: list[dict[str, Any]],
+@functools.cache
+def answer_key_tokens() -> dict[str, tuple[str, ...]]:
+    return {target: tuple(program_tokens(sft_target_source(target))) for target in SFT_TARGETS}
+
+
+def answer_key_similarity(code: str) -> tuple[float, str]:
+    """(similarity, target) of the SFT target (oracle or compact) most like `code`: difflib's SequenceMatcher
+    ratio over the two programs' token sequences (program_tokens), 2 x matched tokens / all tokens, in [0, 1]."""
+    tokens = program_tokens(code)
+    return max((difflib.SequenceMatcher(None, tokens, key, autojunk=False).ratio(), target)
+               for target, key in answer_key_tokens().items())
+
+
+def check_no_oracle(programs: list[dict[str, Any]]) -> None:
+    """StepError naming the first training-program record (program_record) whose program is similar to the
+    oracle or the compact SFT target (the answer key): answer_key_similarity >= ANSWER_KEY_SIMILARITY.
+
+    Why a similarity and why 0.5: an exact match (after program_key) misses a copy with one line changed, a
+    renamed variable or a truncated tail, which is how a model that saw the key writes it. Measured on the
+    committed results' held-out traces (results/*/*_trace.json, 2026-12): the 1031 search nodes of models that
+    never saw the key (frozen, frozen_matched, frozen_long, grpo_only, self) score at most 0.24; the 409 of
+    models SFT-trained on it (sft, trained, refine) score 0.28 to 1.0, median 0.71 to 0.93 by arm, 95 in 100 of
+    them 0.5 or more; the deterministic operator's programs (harness.rules: hand-written checks that parse the
+    state's lines as the oracle does) score 0.35 to 0.39. A leak of the key into the self arm's rows would bring
+    many rows above 0.5, so 0.5 catches it, while it leaves twice the base model's highest score as room for a
+    stronger model that writes similar checks of its own. Token sequences rather than characters: the same
+    ranking at a twentieth of the cost (~5 ms a program here)."""
+    for i, program in enumerate(programs):
+        score, target = answer_key_similarity(program["code"])
+        if score >= ANSWER_KEY_SIMILARITY:
+            where = ", ".join(f"{k} {program[k]}" for k in ("round", "harvest", "task_id", "node") if k in program)
+            raise StepError(f"self arm: training program {i} ({where}) is {score:.2f} similar to the {target} "
+                            f"program, the answer key (token ratio, refused from {ANSWER_KEY_SIMILARITY}), which the "
+                            "self arm must never train on")
+
+
+def write_self_data(run_dir: Path, status: str, rounds: list[dict[str, Any]], programs: list[dict[str, Any]],
                     base_median: float | None, harvests: list[dict[str, Any]]) -> Path:
-    """<run>/self_data.json: every training row of the self arm and where it came from; no row from the oracle."""
-    oracle_rows = [r for r in rows if r.get("harvest") is None]
+    """<run>/self_programs.jsonl (every training program of the self arm) and <run>/self_data.json (each row's
+    source, pointing at its program by row index and sha256); refuses a row without a harvest source and one
+    similar to the answer key (check_no_oracle), before writing either."""
+    oracle_rows = [p for p in programs if p.get("harvest") is None]
     if oracle_rows:
         raise StepError(f"self arm: {len(oracle_rows)} training row(s) without a harvest source: refusing them")
+    check_no_oracle(programs)
+    write_training_programs(run_dir, "self", programs)
+    rows = [{**{k: v for k, v in p.items() if k != "code"}, "program_row": i} for i, p in enumerate(programs)]
     return atomic_write_json(Path(run_dir) / "self_data.json",
                              {"status": status, "base_median_reward": base_median, "rounds": rounds,
-                              "harvests": harvests,
+                              "harvests": harvests, "programs_file": programs_file("self"),
                               "n_rows": len(rows), "rows": rows,
                               "rule": "gold programs if any, else the top quarter by reward strictly above the base "
                                       f"model's median and with balanced accuracy above a constant answer's "

@@ -15,7 +15,10 @@ dropped, so those are redone too (a trace redone from its saved search states us
 out byte-identical, and nothing after it reruns). A step also checks what it reads before it runs or
 skips: the outputs of the earlier steps it uses (input_problems; a damaged one is refused, naming the
 file and the step to redo) and, for the training steps, the cached training files under data/ against
-data/fingerprint.json (data_problems; a damaged one is rebuilt).
+data/fingerprint.json (data_problems; a damaged one is rebuilt). The training inputs a step builds for
+itself (step 03's harvest records and the refine and self arms' data folders: parquet, jsonl of kept
+programs) are hashed in its marker beside its outputs (`training_inputs`): a damaged one is named like a
+damaged output, removed (damaged_training_inputs) and rebuilt by redoing the step.
 
 `invocations.json` counts the wall time of every run_r3.sh invocation of the run, so a
 resumed run reports its whole time: an invocation that was killed (preempted, Ctrl-C, the
@@ -104,18 +107,34 @@ def file_problem(path: Path, rel: str, want: dict[str, Any]) -> str | None:
     return None
 
 
+def recorded_problems(run_dir: Path, listed: list[str], files: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per recorded file that is not as recorded, and per listed path that is gone without a record."""
+    problems = [p for rel, want in sorted(files.items()) if (p := file_problem(Path(run_dir) / rel, rel, want))]
+    problems += [f"{rel}: missing" for rel in listed if not (Path(run_dir) / rel).exists()
+                 and not any(f == rel or f.startswith(rel.rstrip("/") + "/") for f in files)]
+    return problems
+
+
 def output_problems(run_dir: Path, step: str) -> list[str]:
-    """One line per output that is not as the step's marker recorded it ([] when all are, or no marker)."""
+    """One line per output or training input that is not as the step's marker recorded it ([] when all are, or
+    no marker)."""
     marker = read_marker(run_dir, step)
     if not marker:
         return []
     files = marker.get("files")
     if files is None:  # a marker from before outputs were hashed: existence is all it can prove
         return [f"{rel}: missing" for rel in marker.get("outputs", []) if not (Path(run_dir) / rel).exists()]
-    problems = [p for rel, want in sorted(files.items()) if (p := file_problem(Path(run_dir) / rel, rel, want))]
-    problems += [f"{rel}: missing" for rel in marker.get("outputs", []) if not (Path(run_dir) / rel).exists()
-                 and not any(f == rel or f.startswith(rel.rstrip("/") + "/") for f in files)]
-    return problems
+    return (recorded_problems(run_dir, marker.get("outputs", []), files)
+            + recorded_problems(run_dir, marker.get("training_inputs", []), marker.get("training_files") or {}))
+
+
+def damaged_training_inputs(run_dir: Path, step: str) -> list[str]:
+    """The training-input files of the step's marker that are no longer as recorded (relative paths): a step
+    redone removes them first, so it rebuilds them instead of reading them (a harvest record is reused if
+    present)."""
+    marker = read_marker(run_dir, step) or {}
+    return [rel for rel, want in sorted((marker.get("training_files") or {}).items())
+            if file_problem(Path(run_dir) / rel, rel, want)]
 
 
 def input_problems(run_dir: Path, step: str) -> list[str]:
@@ -168,12 +187,15 @@ def drop_dependents(run_dir: Path, step: str) -> list[str]:
 
 
 def mark_done(run_dir: Path, step: str, outputs: list[str], summary: str, wall_s: float,
-              skipped: bool = False, **extra: Any) -> dict[str, Any]:
+              skipped: bool = False, training_inputs: list[str] | None = None, **extra: Any) -> dict[str, Any]:
     """Write the step's marker last: outputs (relative to run_dir) must already be in place.
 
+    training_inputs: what the step built and trained on (files or folders, relative to run_dir): hashed like
+    the outputs and checked with them, but not results (small_artifacts lists outputs only).
     A step redone with outputs that differ from its previous marker's drops the markers of the
     steps that used them (the marker's "dropped" lists them)."""
-    missing = [rel for rel in outputs if not (Path(run_dir) / rel).exists()]
+    training_inputs = list(training_inputs or [])
+    missing = [rel for rel in outputs + training_inputs if not (Path(run_dir) / rel).exists()]
     if missing:
         raise MarkerError(f"step {step} claims outputs that do not exist: {', '.join(missing)}")
     files = record_files(run_dir, outputs)
@@ -182,6 +204,8 @@ def mark_done(run_dir: Path, step: str, outputs: list[str], summary: str, wall_s
         {k: v["sha256"] for k, v in files.items()}
     marker = {"step": step, "outputs": list(outputs), "files": files, "summary": summary, "wall_s": round(wall_s, 3),
               "skipped": skipped, "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}
+    if training_inputs:
+        marker.update(training_inputs=training_inputs, training_files=record_files(run_dir, training_inputs))
     if changed:
         marker["dropped"] = drop_dependents(run_dir, step)
     atomic_write_json(marker_path(run_dir, step), marker)

@@ -15,10 +15,11 @@ different knobs is refused rather than mixing two configurations in one result.
 
 Each numbered script runs through `run_step`: the knobs and the model are checked first, then what
 the step reads (an earlier step's damaged output is refused naming it, a damaged cached training
-file rebuilt), then it skips a complete step, or runs it and ends with one line (summary, wall
-time, peak RSS, where the files are). Caches the step's libraries write go under <run>/cache/. On a node (or with
-W8_EMIT_RESULTS=1) it also prints one `W8_RESULT {json}` line per small file the step wrote
-(also when skipping, so the log of a resumed run carries every result).
+file rebuilt), then it skips a complete step, or runs it (a damaged output or training input of its
+own is named and the step redone, the damaged training inputs removed first so they are rebuilt) and
+ends with one line (summary, wall time, peak RSS, where the files are). Caches the step's libraries
+write go under <run>/cache/. On a node (or with W8_EMIT_RESULTS=1) it also prints one `W8_RESULT {json}`
+line per small file the step wrote (also when skipping, so the log of a resumed run carries every result).
 
 Also a tiny CLI for run_r3.sh (standard library and small harness modules: fast to start):
     python -m harness.pipeline init RESULTS_ROOT         # print the run dir (creates it, writes run_config.json,
@@ -53,8 +54,9 @@ from harness.files import (StorageError, atomic_write_bytes, atomic_write_json, 
 from harness.harvest import harvest_tasks
 from harness.hparams import hparams_record
 from harness.provenance import detected_gpus, git_sha, package_versions
-from harness.markers import (DATA_STAMP, STEPS, MarkerError, data_problems, end_invocation, first_pending_step,
-                             input_problems, mark_done, output_problems, read_marker, start_invocation, step_is_done)
+from harness.markers import (DATA_STAMP, STEPS, MarkerError, damaged_training_inputs, data_problems, end_invocation,
+                             first_pending_step, input_problems, mark_done, output_problems, read_marker,
+                             start_invocation, step_is_done)
 from harness.models import ModelError, check_model_name
 from harness.records import emit_failure, emit_results, results_wanted
 # config_of_run, record_sandbox, runs_root, small_artifacts: also used from here by the scripts and tests
@@ -192,6 +194,7 @@ class StepResult:
     summary: str  # the one-line k/n or before/after summary
     skipped: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    training_inputs: list[str] = field(default_factory=list)  # built and trained on: hashed in the marker too
 
 
 def step_parser(step: str, doc: str) -> argparse.ArgumentParser:
@@ -259,6 +262,8 @@ def run_step(step: str, doc: str, body: Callable[[Config, Path, argparse.Namespa
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         print(f"[{step}] {problems[0]}{more}: redoing the step", flush=True)
+        for rel in damaged_training_inputs(run_dir, step):  # rebuilt by the step, never read as they are
+            (run_dir / rel).unlink(missing_ok=True)
     print(f"[{step}] run dir {run_dir}", flush=True)
     start = time.monotonic()
     try:
@@ -267,7 +272,7 @@ def run_step(step: str, doc: str, body: Callable[[Config, Path, argparse.Namespa
         if result.extra.get("sandbox"):
             record_sandbox(run_dir, step, result.extra["sandbox"])
         marker = mark_done(run_dir, step, result.outputs, result.summary, wall_s, skipped=result.skipped,
-                           peak_rss_mb=peak_rss_mb(), **result.extra)
+                           training_inputs=result.training_inputs, peak_rss_mb=peak_rss_mb(), **result.extra)
     except ConfigError as err:
         print(f"error: [{step}] {err}", file=sys.stderr)
         return 2

@@ -12,6 +12,10 @@ answer's harness on the task's labeled actions, the same path on CPU and on the 
 Writes <run>/grpo/global_step_N/policy (step 04 searches with the newest) and
 <run>/grpo_metrics.json (per step: reward mean/std, valid-program rate, zero-variance
 groups, loss, timings; on SkyRL also the sandbox that ran and <run>/skyrl_grpo_overrides.txt).
+With W8_REFINE_ARM=1 / W8_SELF_ARM=1 it also trains those arms (harness.arm_training): their harvests'
+wall_s is real time (worker_s adds up the searches that ran side by side), the programs each trains
+on go to <run>/refine_programs.jsonl and <run>/self_programs.jsonl (text, source, reward; copied to
+results/<run-id>/), and their harvest records and data folders are hashed in the step's marker.
 Ends with one line: the export and the wall time.
 """
 
@@ -23,8 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.arm_training import (harvest, harvest_summary, median_reward,  # noqa: E402
-                                   mixed_training_data, self_round_rows, write_self_data)
+from harness.arm_training import (arm_training_inputs, harvest, harvest_summary, median_reward,  # noqa: E402
+                                   mixed_training_data, programs_file, self_round_rows, write_self_data,
+                                   write_training_programs)
 from harness.exports import newest_export  # noqa: E402
 from harness.harvest import CONSTANT_BALANCED_ACCURACY  # noqa: E402
 from harness.hparams import for_config  # noqa: E402
@@ -101,8 +106,10 @@ def train_refine(cfg, run_dir: Path) -> tuple[str, dict]:
     if sft is None:
         raise StepError("the refine arm starts from the SFT warm-start: no export under <run>/sft (run step 02)")
     found = harvest(cfg, run_dir, "refine", str(sft))
-    data, mix = mixed_training_data(cfg, run_dir, "refine", training_data_for(cfg, run_dir / "data"), [found])
-    print(f"[{STEP}] refine: {mix_line(mix)}", flush=True)
+    data, mix, programs = mixed_training_data(cfg, run_dir, "refine", training_data_for(cfg, run_dir / "data"),
+                                              [found])
+    write_training_programs(run_dir, "refine", programs)
+    print(f"[{STEP}] refine: {mix_line(mix)}; its programs -> {programs_file('refine')}", flush=True)
     start = time.monotonic()
     info = train(cfg, str(sft), run_dir, "refine", data)
     return str(sft), {**info, "mix": mix, "harvests": [harvest_summary(found)],
@@ -120,32 +127,32 @@ def train_self(cfg, run_dir: Path) -> tuple[str | None, dict]:
     base = cfg.harness_model
     current = harvest(cfg, run_dir, "self-r1", base)
     floor = median_reward(current)
-    model, rounds, rows, harvests = base, [], [], [harvest_summary(current)]
+    model, rounds, programs, harvests = base, [], [], [harvest_summary(current)]
     trainer_s = 0.0  # the fine-tunes' and GRPO's wall time, without the harvests (their own wall_s)
     for k in range(1, cfg.self_rounds + 1):
-        data, sources = self_round_rows(cfg, run_dir, k, current, floor)
-        rounds.append({"round": k, "harvest": current["name"], "kept": len(sources),
+        data, kept = self_round_rows(cfg, run_dir, k, current, floor)
+        rounds.append({"round": k, "harvest": current["name"], "kept": len(kept),
                        "model": str(Path(model).name if model != base else base)})
         if data is None:
             print(f"[{STEP}] self round {k}: the harvest kept no program (valid {current['valid_nodes']} of "
                   f"{current['nodes']} nodes, best reward {current['best_reward']}, floor {floor:.3f})", flush=True)
             break
-        rows += sources
+        programs += kept
         start = time.monotonic()
         model = rft(cfg, base, run_dir, f"self_rft{k}", data)
         trainer_s += time.monotonic() - start
         current = harvest(cfg, run_dir, f"self-r{k + 1}", model)
         harvests.append(harvest_summary(current))
     if model == base:
-        write_self_data(run_dir, "no training data", rounds, rows, floor, harvests)
+        write_self_data(run_dir, "no training data", rounds, programs, floor, harvests)
         print(f"[{STEP}] self: no training data: no harvest program above the base model's median reward "
               f"{floor:.3f} that beats a constant answer (balanced accuracy above {CONSTANT_BALANCED_ACCURACY}); "
               "the self arm is not trained", flush=True)
         return None, {"status": "no training data", "rounds": rounds, "harvests": harvests}
-    data, mix = mixed_training_data(cfg, run_dir, "self", training_data_for(cfg, run_dir / "data"), [current],
-                                    forbid_oracle=True)
-    rows += [{"kind": "grpo_refinement_prompt", "round": "grpo", **source} for source in mix["refine_sources"]]
-    write_self_data(run_dir, "trained", rounds, rows, floor, harvests)
+    data, mix, refinements = mixed_training_data(cfg, run_dir, "self", training_data_for(cfg, run_dir / "data"),
+                                                 [current], forbid_oracle=True)
+    programs += [{"round": "grpo", **program} for program in refinements]
+    write_self_data(run_dir, "trained", rounds, programs, floor, harvests)
     print(f"[{STEP}] self: {mix_line(mix)}", flush=True)
     start = time.monotonic()
     info = train(cfg, model, run_dir, "self", data)
@@ -154,7 +161,7 @@ def train_self(cfg, run_dir: Path) -> tuple[str | None, dict]:
 
 
 def body(cfg, run_dir: Path, args) -> StepResult:
-    outputs, summaries, extra = [], [], {}
+    outputs, summaries, extra, inputs = [], [], {}, []
     for name, model in trainings(cfg, run_dir):
         print(f"[{STEP}] {name}: start model {model}", flush=True)
         start = time.monotonic()
@@ -169,6 +176,8 @@ def body(cfg, run_dir: Path, args) -> StepResult:
         print(f"[{STEP}] {name} arm", flush=True)
         start = time.monotonic()
         model, info = run(cfg, run_dir)
+        outputs.append(programs_file(name))  # the programs it trains on (results/<run-id>/ gets them)
+        inputs += arm_training_inputs(run_dir, name)  # harvests and data folders: hashed in the marker
         if name == "self":
             outputs.append("self_data.json")
         if model is None:
@@ -178,7 +187,7 @@ def body(cfg, run_dir: Path, args) -> StepResult:
         result = finish_training(run_dir, run_dir / name, name, time.monotonic() - start, info)
         outputs += result.outputs
         summaries.append(result.summary)
-    return StepResult(outputs, "; ".join(summaries), extra=extra)
+    return StepResult(outputs, "; ".join(summaries), extra=extra, training_inputs=inputs)
 
 
 if __name__ == "__main__":
