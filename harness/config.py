@@ -148,7 +148,7 @@ KNOBS: tuple[Knob, ...] = (
           _choice("local", "skyrl")),
     _knob("harness_model", str, "smollm2-135m",
           "operator model: 'smollm2-135m' (embedded GGUF), an HF id, or a local HF directory"),
-    _knob("operator", str, "auto", "mutation operator: auto (hf locally, vllm on skyrl) | deterministic | hf | ct2 "
+    _knob("operator", str, "auto", "mutation operator: auto (llamacpp locally, vllm on skyrl) | deterministic | hf | ct2 "
           "(CTranslate2, CPU) | llamacpp (llama.cpp workers, CPU) | vllm | openai",
           _choice("auto", "deterministic", "hf", "ct2", "llamacpp", "vllm", "openai")),
     _knob("gguf_type", str, "Q8_0", "weights of the llamacpp operator's GGUF: Q8_0 | Q4_1 (the shipped base's own) | "

@@ -423,9 +423,9 @@ OPERATORS = ("deterministic", "hf", "ct2", "llamacpp", "vllm", "openai")
 def make_operator(name: str, model: str = "", backend: str = "local", max_new_tokens: int = 512,
                   temperature: float = 0.0, base_url: str = "", ct2_compute_type: str = "int8",
                   gguf_type: str = "Q8_0", workers: int | None = None) -> Operator:
-    """Build an operator by name; "auto" is hf on the local backend and vllm on skyrl."""
+    """Build an operator by name; "auto" is llamacpp on the local backend and vllm on skyrl."""
     if name == "auto":
-        name = "vllm" if backend == "skyrl" else "hf"
+        name = "vllm" if backend == "skyrl" else "llamacpp"
     if name == "deterministic":
         return DeterministicOperator()
     if name == "hf":

@@ -1,11 +1,14 @@
-"""Benchmark: the search's own generations with the hf operator against CTranslate2 (int8, float32), side by side.
+"""Benchmark: the search's own generations with the hf operator against CTranslate2 and llama.cpp, side by side.
 
     python scripts/bench_engines.py --sft <run>/sft/global_step_9/policy      # the frozen model and an SFT export
-    python scripts/bench_engines.py --tasks 2 --budget 0 --engines hf,ct2-int8  # a quick look
+    python scripts/bench_engines.py --tasks 2 --budget 0 --engines hf,llamacpp-q8_0  # a quick look
 
 Each engine searches the study's held-out tasks (presets/study.env: its token budget, temperature,
-gold threshold and task list) with the frozen model and, with --sft, an SFT export: node 0 asks
-the zero-shot prompt and each refinement the refinement prompt, as in a real arm. Every
+gold threshold, on the page split: an SFT export's node-0 gold there measures recall of its target) with the
+frozen model and, with --sft, an SFT export: node 0 asks the zero-shot prompt and each refinement the
+refinement prompt, as in a real arm. llama.cpp runs one worker process of one thread (s/node comparable
+with hf's one generate at a time on every core) and, in its `-w` row, one worker per core (the searches'
+nodes per minute). Every
 (engine, model) runs in its own child process, so its peak RSS is its own, and one after the
 other, so they share the machine's load. Printed per row: nodes, seconds per node, tokens/s,
 peak RSS, the ct2 conversion + load time, and the answers' quality: share of valid programs,
@@ -30,7 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 ENGINES = {"hf": {"W8_OPERATOR": "hf"},
            "ct2-int8": {"W8_OPERATOR": "ct2", "W8_CT2_COMPUTE_TYPE": "int8"},
-           "ct2-float32": {"W8_OPERATOR": "ct2", "W8_CT2_COMPUTE_TYPE": "float32"}}
+           "ct2-float32": {"W8_OPERATOR": "ct2", "W8_CT2_COMPUTE_TYPE": "float32"},
+           **{f"llamacpp-{t.lower()}": {"W8_OPERATOR": "llamacpp", "W8_GGUF_TYPE": t, "W8_OPERATOR_WORKERS": "1"}
+              for t in ("Q8_0", "Q4_1", "F16")},
+           "llamacpp-q8_0-w": {"W8_OPERATOR": "llamacpp", "W8_GGUF_TYPE": "Q8_0", "W8_OPERATOR_WORKERS": "auto"}}
+DEFAULT_ENGINES = ("hf", "ct2-float32", "llamacpp-q8_0", "llamacpp-q4_1", "llamacpp-f16", "llamacpp-q8_0-w")
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -48,7 +55,7 @@ def one(engine: str, model: str, tasks: int, budget: int) -> dict:
     from harness.search import run_searches
     from harness.traces import search_specs
 
-    cfg = load_config(env={"W8_PRESET": "study", "W8_TRACE_TASKS": str(tasks), "W8_TRACE_SEEDS": "1",
+    cfg = load_config(env={"W8_PRESET": "study", "W8_SPLIT": "page", "W8_TRACE_TASKS": str(tasks), "W8_TRACE_SEEDS": "1",
                            "W8_TRACE_MAX_ITERATIONS": str(budget), "W8_SANDBOX": "local",
                            "W8_HARNESS_MODEL": model, **ENGINES[engine]})
     start = time.monotonic()
@@ -61,6 +68,7 @@ def one(engine: str, model: str, tasks: int, budget: int) -> dict:
         start = time.monotonic()
         traces = run_searches(specs, operator, progress=None)
         wall = time.monotonic() - start
+    operator.close()
     nodes = [n for t in traces for n in t.nodes]
     gen_s = sum(n.operator_wall_s for n in nodes)
     tokens = sum(n.completion_tokens for n in nodes)
@@ -68,9 +76,12 @@ def one(engine: str, model: str, tasks: int, budget: int) -> dict:
     low, high = wilson(valid, len(nodes))
     return {"engine": engine, "model": Path(model).name if "/" in model else model, "searches": len(traces),
             "nodes": len(nodes), "wall_s": round(wall, 1), "s_per_node": round(wall / max(1, len(nodes)), 2),
+            "nodes_per_min": round(60 * len(nodes) / wall, 2), "workers": getattr(operator.engine, "workers", 1)
+            if hasattr(operator, "engine") else 1,
             "generate_s_per_node": round(gen_s / max(1, len(nodes)), 2),
             "tokens_per_s": round(tokens / gen_s, 1) if gen_s else None, "completion_tokens": tokens,
-            "load_s": round(load_s, 1), "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "load_s": round(load_s, 1), "peak_rss_mb": round(max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF,
+                                                                                   resource.RUSAGE_CHILDREN)) / 1024),
             "valid_share": round(valid / max(1, len(nodes)), 3), "valid_95": [round(low, 3), round(high, 3)],
             "mean_reward": round(sum(n.reward for n in nodes) / max(1, len(nodes)), 3),
             "node0_gold": round(sum(t.nodes[0].gold for t in traces if t.nodes) / max(1, len(traces)), 3),
@@ -82,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=16, help="held-out tasks (the study's first N), one search each")
     parser.add_argument("--budget", type=int, default=1, help="refinements per search (nodes = budget + 1)")
-    parser.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated, of {', '.join(ENGINES)}")
+    parser.add_argument("--engines", default=",".join(DEFAULT_ENGINES), help=f"comma-separated, of {', '.join(ENGINES)}")
     parser.add_argument("--sft", default="", help="an SFT export (HF folder) searched too, beside the frozen model")
     parser.add_argument("--out", default="", help="also write the rows as JSON here")
     parser.add_argument("--one", nargs=2, metavar=("ENGINE", "MODEL"), help=argparse.SUPPRESS)
@@ -111,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             row = json.loads(line.removeprefix("BENCH_ROW "))
             rows.append(row)
-            print(f"{row['engine']:12} {row['model']:28} {row['nodes']:3} nodes  {row['s_per_node']:6.2f} s/node  "
+            print(f"{row['engine']:16} {row['model']:28} {row['nodes']:3} nodes  {row['s_per_node']:6.2f} s/node  "
+                  f"{row['nodes_per_min']:5.2f} nodes/min  "
                   f"{row['tokens_per_s']:6.1f} tok/s  load {row['load_s']:5.1f} s  peak {row['peak_rss_mb']:5} MB  "
                   f"valid {row['valid_share']:.2f} {row['valid_95']}  reward {row['mean_reward']:.3f}  "
                   f"node-0 gold {row['node0_gold']:.2f}", flush=True)
