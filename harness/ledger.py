@@ -153,7 +153,10 @@ def sft_warm_start(cfg: Any, run_dir: Path) -> dict[str, Any] | None:
         return None
     rows = sft_rows(cfg, run_dir)
     where = tokenizer_dir(cfg, run_dir, sft)
-    prompt, answer = row_tokens(rows, where) if where else (None, None)
+    try:
+        prompt, answer = row_tokens(rows, where) if where else (None, None)
+    except (OSError, ValueError):  # a tokenizer that will not load here: the rows are still counted, not their tokens
+        prompt = answer = None
     return {"kind": "SFT", "on": f"the answer key (the `{sft_target_of_config(cfg)}` oracle program)",
             "steps": len(sft.get("steps") or []) or cfg.harness_sft_steps, "batch": sft.get("batch_size"),
             "rows": sft.get("train_rows", len(rows)), "rows_counted": len(rows), "prompt_tokens": prompt,
