@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.dataset import Task
-from harness.files import REPO_ROOT, atomic_write_json, read_json
+from harness.files import REPO_ROOT, StorageError, atomic_write_json, read_json
 from harness.harvest import (CONSTANT_BALANCED_ACCURACY, harvest_dir, harvest_file, harvest_line, harvest_numbers,
                              harvest_wall_s, kept_programs, load_harvest, median_reward, refinement_requests)
 from harness.interface import program_key
@@ -58,9 +58,17 @@ ANSWER_KEY_SIMILARITY = 0.5
 
 
 def harvest(cfg: Any, run_dir: Path, name: str, model: str) -> dict[str, Any]:
-    """<run>/harvest/<name>.json, searched in its own process (`python -m harness.harvest`) unless it is there."""
+    """<run>/harvest/<name>.json, searched in its own process (`python -m harness.harvest`) unless it is there;
+    one that cannot be read (cut short, corrupt) is named and made again from its saved searches."""
     path = harvest_file(run_dir, name)
     cached = path.is_file()  # a harvest run here prints its own closing line
+    if cached:
+        try:
+            result = load_harvest(run_dir, name)
+        except StorageError as err:
+            print(err, flush=True)  # its fix: harvested again, the searches resuming from their saved states
+            path.unlink()
+            cached = False
     if not cached:
         cmd = [sys.executable, "-m", "harness.harvest", str(run_dir), name, str(model)]
         with subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -71,9 +79,8 @@ def harvest(cfg: Any, run_dir: Path, name: str, model: str) -> dict[str, Any]:
                 last_error = line.strip() if line.startswith("error:") else last_error
         if proc.returncode != 0:
             raise StepError(f"harvest {name} failed (exit {proc.returncode}): {last_error or 'see above'}")
-    result = load_harvest(run_dir, name)
-    if cached:
-        print(harvest_line(result), flush=True)
+        return load_harvest(run_dir, name)
+    print(harvest_line(result), flush=True)
     return result
 
 

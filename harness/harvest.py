@@ -128,7 +128,7 @@ def harvest_wall_s(harvest: dict[str, Any]) -> float:
 
 
 def load_harvest(run_dir: Path, name: str) -> dict[str, Any]:
-    return read_json(harvest_file(run_dir, name), fix="its harvest is redone when step 03 reruns")
+    return read_json(harvest_file(run_dir, name), fix="step 03 harvests it again from its saved searches")
 
 
 def harvest_line(harvest: dict[str, Any]) -> str:

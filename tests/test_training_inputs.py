@@ -19,7 +19,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from harness.arm_training import (arm_training_inputs, mixed_training_data, programs_file, row_source,
+from harness.arm_training import (arm_training_inputs, harvest, mixed_training_data, programs_file, row_source,
                                   write_training_programs)
 from harness.config import load_config
 from harness.harvest import load_harvest, run_harvest
@@ -58,6 +58,20 @@ def test_the_refine_programs_file_holds_each_refinement_rows_program_source_and_
         node = traces[line["task_id"]]["nodes"][line["parent"]]  # the harvest node that holds the program
         assert (node["code"], node["reward"]) == (line["code"], line["reward"])
         assert line["seed"] >= 1000 and line["task_id"].startswith("train/")  # a harvest task, never held out
+
+
+def test_a_cut_harvest_record_is_named_and_harvested_again_from_its_saved_searches(tmp_path, capsys):
+    cfg = load_config(env=KNOBS)
+    run_dir = open_run(cfg, root=tmp_path)
+    run_harvest(cfg, run_dir, "refine", "smollm2-135m", say=quiet)
+    record = run_dir / "harvest" / "refine.json"
+    whole = json.loads(record.read_text())
+    record.write_text(record.read_text()[:100])
+    again = harvest(cfg, run_dir, "refine", "smollm2-135m")
+    said = capsys.readouterr().out.splitlines()
+    assert said[0].startswith(f"{record}: corrupt JSON (")
+    assert said[0].endswith("; step 03 harvests it again from its saved searches")
+    assert again["traces"] == whole["traces"] and any("resumed" in line for line in said)
 
 
 STEP_03_DATA = r'''
