@@ -21,7 +21,7 @@ ends with one line (summary, wall time, peak RSS, where the files are). Caches t
 write go under <run>/cache/. On a node (or with W8_EMIT_RESULTS=1) it also prints one `W8_RESULT {json}`
 line per small file the step wrote (also when skipping, so the log of a resumed run carries every result).
 
-Also a tiny CLI for run_r3.sh (standard library and small harness modules: fast to start):
+Also a tiny CLI for run_r3.sh (no model or trainer library is imported: fast to start):
     python -m harness.pipeline init RESULTS_ROOT         # print the run dir (creates it, writes run_config.json,
                                                          # proves it and RESULTS_ROOT writable)
     python -m harness.pipeline lock RUN_DIR 9            # lock the run on the caller's open descriptor 9
