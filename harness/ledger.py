@@ -27,11 +27,12 @@ the chat template renders them (prompt with the generation prompt; answer = the 
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from harness.models import ModelError, resolve_model
-from harness.training_data import sft_row, sft_target_of_config, train_tasks
+from harness.training_data import sft_target_of_config, training_data_for
 
 TRAINED = ("sft", "trained", "grpo_only", "refine", "self")
 GRPO_METRICS = {"trained": "grpo_metrics.json", "grpo_only": "grpo_only_metrics.json", "refine": "refine_metrics.json",
@@ -107,14 +108,19 @@ def ledger(run_dir: Path, result: dict, planned: dict) -> dict[str, dict[str, An
 
 # ---- the warm-start ------------------------------------------------------------------------------
 
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def sft_rows(cfg: Any, run_dir: Path) -> list[dict[str, Any]]:
-    """Step 02's rows: <run>/data/sft/train.jsonl, or (a results folder) rebuilt from the knobs as step 02 built
-    them (harness.training_data: train tasks 0..count-1, the zero-shot prompt, the SFT target as the answer)."""
+    """Step 02's rows: <run>/data/sft/train.jsonl, or (a results folder, which holds no data folder) the same file
+    written again from the run's knobs by step 02's own code (harness.training_data.training_data_for) in a
+    temporary folder."""
     saved = Path(run_dir) / "data" / "sft" / "train.jsonl"
     if saved.is_file():
-        return [json.loads(line) for line in saved.read_text().splitlines() if line.strip()]
-    count = cfg.sft_count if cfg.sft_count > 0 else cfg.train_count
-    return [sft_row(task, sft_target_of_config(cfg)) for task in train_tasks(count, cfg.train_examples_per_obs)]
+        return read_rows(saved)
+    with tempfile.TemporaryDirectory(prefix="w8-sft-rows-") as scratch:
+        return read_rows(training_data_for(cfg, Path(scratch)).sft_dir / "train.jsonl")
 
 
 def row_tokens(rows: list[dict[str, Any]], tokenizer_dir: str) -> tuple[int, int]:
