@@ -47,6 +47,7 @@ from harness.harvest import (CONSTANT_BALANCED_ACCURACY, harvest_dir, harvest_fi
 from harness.interface import program_key
 from harness.oracle import sft_target_source
 from harness.rewards import RewardKnobs
+from harness.rule_split import Design
 from harness.run_folder import StepError
 from harness.training_data import (TrainingData, mixed_rows, program_row, refine_row, row_prompt_kind, skyrl_row,
                                    train_tasks, training_data_for, write_jsonl_rows, write_parquet_rows)
@@ -91,7 +92,8 @@ def mixed_training_data(cfg: Any, run_dir: Path, name: str, data: TrainingData, 
     numbers, and the programs the refinement rows show (refinement_programs: the arm's training programs).
     forbid_oracle (the self arm): a parent program similar to the answer key fails the run."""
     reward = RewardKnobs.from_config(cfg)
-    zero_shot = [skyrl_row(t, reward) for t in train_tasks(cfg.train_count, cfg.train_examples_per_obs)]
+    zero_shot = [skyrl_row(t, reward) for t in train_tasks(cfg.train_count, cfg.train_examples_per_obs,
+                                                           Design.of(cfg))]
     requests = [r for h in harvests for r in refinement_requests(h)]
     if forbid_oracle:
         check_no_oracle([{"kind": "refinement parent", **r.source, "code": r.parent_code} for r in requests])

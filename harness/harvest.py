@@ -34,6 +34,7 @@ from typing import Any
 
 from harness.config import Config, ConfigError
 from harness.dataset import DatasetError, Task, make_task
+from harness.rule_split import Design
 from harness.failures import failure_from_record
 from harness.files import StorageError, atomic_write_json, read_json, shown_path
 from harness.operators import OperatorError, operator_from_config
@@ -52,7 +53,9 @@ CONSTANT_BALANCED_ACCURACY = 0.5
 
 def harvest_tasks(cfg: Config) -> list[Task]:
     """The train tasks a harvest searches (train split only)."""
-    return [make_task("train", HARVEST_SEED_START + i, cfg.train_examples_per_obs) for i in range(cfg.harvest_tasks)]
+    design = Design.of(cfg)
+    return [make_task("train", HARVEST_SEED_START + i, cfg.train_examples_per_obs, design=design)
+            for i in range(cfg.harvest_tasks)]
 
 
 def harvest_dir(run_dir: Path) -> Path:
@@ -84,12 +87,15 @@ def run_harvest(cfg: Config, run_dir: Path, name: str, model: str, say=print) ->
         flush=True)
     try:
         traces = [t.to_trace() for t in run_searches(specs, operator, progress=lambda line: say(line, flush=True))]
-    except SearchStateError as err:
-        raise StepError(str(err)) from None
+    except (SearchStateError, OperatorError) as err:
+        raise StepError(f"harvest {name}: {err}") from None
+    finally:
+        operator.close()
     for trace in traces:
         trace["operator"]["model"] = shown_path(trace["operator"].get("model", ""), run_dir)
     wall_s = earlier + time.monotonic() - started
     record = {"name": name, "model": shown_path(model, run_dir), "sandbox": sandbox_provenance(),
+              "design": Design.of(cfg).record(),
               "budget": knobs.max_iterations, "traces": traces, **harvest_numbers(traces, wall_s),
               "earlier_wall_s": round(earlier, 3)}
     return atomic_write_json(harvest_file(run_dir, name), record)
@@ -127,6 +133,12 @@ def harvest_wall_s(harvest: dict[str, Any]) -> float:
     return max((t.get("wall_s", 0.0) for t in harvest["traces"]), default=0.0)
 
 
+def harvest_design(harvest: dict[str, Any]) -> Design:
+    """The split design a harvest's tasks were drawn under (the page split for records from before it was kept)."""
+    design = harvest.get("design") or {}
+    return Design(design.get("split", "page"), tuple(design.get("heldout_rules", ())))
+
+
 def load_harvest(run_dir: Path, name: str) -> dict[str, Any]:
     return read_json(harvest_file(run_dir, name), fix="step 03 harvests it again from its saved searches")
 
@@ -152,10 +164,11 @@ class RefinementRequest:
     source: dict[str, Any]
 
 
-def task_of(trace: dict[str, Any]) -> Task:
-    """The task a harvest trace searched (rebuilt from the snapshot; its examples hash must match)."""
+def task_of(trace: dict[str, Any], design: Design) -> Task:
+    """The task a harvest trace searched (rebuilt from the snapshot under the harvest's split design; its examples
+    hash must match)."""
     info = trace["task"]
-    task = make_task(info["split"], info["seed"], info["examples_per_obs"])
+    task = make_task(info["split"], info["seed"], info["examples_per_obs"], design=design)
     if task.examples_hash != info["examples_hash"]:
         raise StepError(f"harvest task {info['task_id']}: the snapshot's examples changed since the harvest "
                         "(examples hash differs); delete the harvest folder to search again")
@@ -168,7 +181,7 @@ def refinement_requests(harvest: dict[str, Any]) -> list[RefinementRequest]:
     and the attempt count (earlier refinements of the same program)."""
     out = []
     for trace in harvest["traces"]:
-        task, nodes = task_of(trace), trace["nodes"]
+        task, nodes = task_of(trace, harvest_design(harvest)), trace["nodes"]
         for child in nodes:
             if child["parent"] is None:
                 continue
@@ -224,7 +237,7 @@ def kept_programs(harvest: dict[str, Any], floor: float) -> list[KeptProgram]:
         if key in seen:
             continue
         seen.add(key)
-        kept.append(KeptProgram(task_of(trace), node["code"], node["reward"], node["gold"],
+        kept.append(KeptProgram(task_of(trace, harvest_design(harvest)), node["code"], node["reward"], node["gold"],
                                 {"harvest": harvest["name"], "task_id": trace["task"]["task_id"],
                                  "node": node["index"], "reward": node["reward"], "gold": node["gold"],
                                  "model": harvest["model"]}))

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.models import ModelError, resolve_model
-from harness.training_data import sft_target_of_config, training_data_for
+from harness.training_data import sft_target_label, training_data_for
 
 TRAINED = ("sft", "trained", "grpo_only", "refine", "self")
 GRPO_METRICS = {"trained": "grpo_metrics.json", "grpo_only": "grpo_only_metrics.json", "refine": "refine_metrics.json",
@@ -163,7 +163,7 @@ def sft_warm_start(cfg: Any, run_dir: Path) -> dict[str, Any] | None:
         prompt, answer = row_tokens(rows, where) if where else (None, None)
     except (OSError, ValueError):  # a tokenizer that will not load here: the rows are still counted, not their tokens
         prompt = answer = None
-    return {"kind": "SFT", "on": f"the answer key (the `{sft_target_of_config(cfg)}` oracle program)",
+    return {"kind": "SFT", "on": f"the answer key (the `{sft_target_label(cfg)}` oracle program)",
             "steps": len(sft.get("steps") or []) or cfg.harness_sft_steps, "batch": sft.get("batch_size"),
             "rows": sft.get("train_rows", len(rows)), "rows_counted": len(rows), "prompt_tokens": prompt,
             "answer_tokens": answer, "wall_s": sft.get("train_wall_s")}

@@ -47,7 +47,7 @@ from typing import Any, Callable
 
 from harness.budget import check_budgets, check_refine_fits, planned_arms
 from harness.config import BY_NAME, Config, ConfigError, add_flags, load_config, load_config_or_exit
-from harness.dataset import DatasetError, make_task, max_examples_per_obs, n_pages
+from harness.dataset import DatasetError, max_examples_per_obs, n_pages
 from harness.exports import ExportError, check_export, newest_export
 from harness.files import (StorageError, atomic_write_bytes, atomic_write_json, check_writable, read_json,
                            storage_error)
@@ -59,6 +59,7 @@ from harness.markers import (DATA_STAMP, STEPS, MarkerError, damaged_training_in
                              start_invocation, step_is_done)
 from harness.models import ModelError, check_model_name
 from harness.records import emit_failure, emit_results, results_wanted
+from harness.rule_split import Design
 # config_of_run, record_sandbox, runs_root, small_artifacts: also used from here by the scripts and tests
 from harness.run_folder import (PIPELINE, RunError, StepError, config_of_run, knobs_line, load_run_config,
                                 new_run_id, record_sandbox, rerun_command, resolve_run_id, runs_root, shown_run_dir,
@@ -102,8 +103,9 @@ def run_tasks(cfg: Config) -> dict[str, Any]:
     the refine and self arms' harvests (`harvest`; the self arm's rejection-sampling rows come from them), and the
     held-out tasks of the training's small evaluation split (`eval`, evaluated only). A part the run does not do
     lists none."""
-    grpo = train_tasks(cfg.train_count, cfg.train_examples_per_obs)
-    sft = sft_tasks(grpo, cfg.sft_count, cfg.train_examples_per_obs) if cfg.harness_sft_steps else []
+    design = Design.of(cfg)
+    grpo = train_tasks(cfg.train_count, cfg.train_examples_per_obs, design)
+    sft = sft_tasks(grpo, cfg.sft_count, cfg.train_examples_per_obs, design) if cfg.harness_sft_steps else []
     harvest = harvest_tasks(cfg) if cfg.refine_arm or cfg.self_arm else []
     try:
         trace = trace_tasks(cfg)
@@ -111,7 +113,7 @@ def run_tasks(cfg: Config) -> dict[str, Any]:
         raise ConfigError(str(err)) from None
     return {"trace": [t.task_id for t in trace], "trace_seeds": trace_seeds(cfg), "grpo": [t.task_id for t in grpo],
             "sft": [t.task_id for t in sft], "harvest": [t.task_id for t in harvest],
-            "eval": [t.task_id for t in eval_tasks(cfg.train_examples_per_obs)]}
+            "eval": [t.task_id for t in eval_tasks(cfg.train_examples_per_obs, design)]}
 
 
 def _knob_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
@@ -122,19 +124,23 @@ def _knob_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
 def check_task_sizes(cfg: Config) -> None:
     """Task sizes and counts the snapshot can serve, checked before anything starts (a model loads, a folder
     appears)."""
-    pages = n_pages("heldout")
+    design = Design.of(cfg)
+    pages = n_pages("heldout", design=design)
     if cfg.trace_tasks > pages:
-        raise ConfigError(f"W8_TRACE_TASKS={cfg.trace_tasks}: the held-out split has {pages} pages and each trace "
-                          "task needs a page of its own")
+        raise ConfigError(f"W8_TRACE_TASKS={cfg.trace_tasks}: the held-out split ({design.kind}) can give {pages} "
+                          "tasks, one per page that serves one, and each trace task needs a page of its own")
     for name, split in (("trace_examples_per_obs", "heldout"), ("train_examples_per_obs", "train")):
         n = getattr(cfg, name)
-        serviceable, largest = max_examples_per_obs(split)
+        serviceable, largest = max_examples_per_obs(split, design=design)
         if n > serviceable:
             raise ConfigError(f"{BY_NAME[name].env}={n}: no {split} observation can give {n} balanced examples "
                               f"(the snapshot's largest observation has {largest} actions)")
     arms = planned_arms(cfg)
     check_budgets(cfg, arms)
-    check_refine_fits(cfg, [make_task("heldout", cfg.trace_task_seed, cfg.trace_examples_per_obs)])
+    try:
+        check_refine_fits(cfg, trace_tasks(cfg)[:1])  # the run's own first task; all of them are drawn here
+    except DatasetError as err:
+        raise ConfigError(str(err)) from None
 
 
 MODELS_ACCEPTED = {"local": "smollm2-135m (embedded), a local HF model directory with config.json, or an HF id "

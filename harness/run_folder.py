@@ -95,14 +95,15 @@ def record_sandbox(run_dir: Path, step: str, provenance: dict[str, Any]) -> None
 
 
 def use_run_caches(run_dir: Path, env: dict[str, str] | None = None) -> Path:
-    """Point the caches a step's libraries create (torch's inductor cache, Triton's kernels, the ct2
-    operator's converted models) into <run>/cache/ unless set already: nothing of the run is left in
+    """Point the caches a step's libraries create (torch's inductor cache, Triton's kernels, the ct2 and
+    llamacpp operators' converted models) into <run>/cache/ unless set already: nothing of the run is left in
     TMPDIR after a kill, and a resume reuses them. Children (step 04's arm processes, trainers) inherit it."""
     env = os.environ if env is None else env
     cache = Path(run_dir) / "cache"
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "torchinductor"))
     env.setdefault("TRITON_CACHE_DIR", str(cache / "triton"))
     env.setdefault("W8_CT2_CACHE", str(cache / "ct2"))  # the ct2 operator's converted models (harness.ct2)
+    env.setdefault("W8_GGUF_CACHE", str(cache / "gguf"))  # the llamacpp operator's GGUF copies (harness.gguf_export)
     return cache
 
 

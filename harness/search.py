@@ -43,6 +43,7 @@ from harness.failures import failure_candidates, failure_from_record, failure_re
 from harness.files import WORK_DIR, atomic_write_json
 from harness.operators import Generation, Operator, OperatorError, Request, operator_from_config
 from harness.rewards import RewardKnobs, score_harness, score_with
+from harness.rule_split import Design
 
 TRACE_VERSION = 1
 # Fields that differ between two runs of the same search (timing only).
@@ -400,7 +401,8 @@ def write_json(path: str | Path, data: Any) -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness.search", description="Run (or resume) one harness search.")
     p.add_argument("--task-seed", dest="trace_task_seed", default=None, help="alias of --trace-task-seed")
-    p.add_argument("--split", default="heldout", choices=("heldout", "train"), help="split of the task [heldout]")
+    p.add_argument("--task-split", dest="task_split", default="heldout", choices=("heldout", "train"),
+                   help="the task's side of the split (--split: which split design) [heldout]")
     p.add_argument("--out", default=None, help="trace JSON path [.w8-biayn/search/<task>-<operator>.json]")
     p.add_argument("--state", default=None, help="search state path [<out>.state.json]; resumed if it matches")
     p.add_argument("--fresh", action="store_true", help="delete an existing state file first")
@@ -415,7 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = load_config_or_exit(argv, parser=parser)
     try:
-        task = make_task(args.split, cfg.trace_task_seed, cfg.trace_examples_per_obs)
+        task = make_task(args.task_split, cfg.trace_task_seed, cfg.trace_examples_per_obs, design=Design.of(cfg))
         operator = operator_from_config(cfg)
     except (DatasetError, OperatorError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -426,7 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.fresh and state.exists():
         state.unlink()
     try:
-        held = heldout_examples(task.obs_id) if args.split == "heldout" else None
+        held = heldout_examples(task.obs_id, design=Design.of(cfg)) if args.task_split == "heldout" else None
     except DatasetError:
         held = None
     print(f"task {task.task_id} ({len(task.examples)} examples, hash {task.examples_hash}), "
@@ -434,9 +436,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         trace = run_search(task, operator, SearchKnobs.from_config(cfg), held, state,
                            progress=None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True)))
-    except SearchStateError as err:
+    except (SearchStateError, OperatorError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    finally:
+        operator.close()
     data = trace.to_trace()
     write_json(out, data)
     steps = data["steps_to_first_gold"]

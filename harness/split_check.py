@@ -1,4 +1,5 @@
-"""Proof that a split means what it says, task by task (tests, `make benchmark-report`, the study's results).
+"""Proof that a split means what it says, task by task (tests, `make benchmark-report`, the study's results),
+and the files that let anyone rescore a program on a run's own tasks (heldout_tasks.jsonl, sft_target.py).
 
     from harness.split_check import check_split
     report = check_split(design, heldout_tasks, train_tasks, gold_threshold=0.9)
@@ -22,15 +23,21 @@ gold on (must be all).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Sequence
 
 from harness.dataset import Task
+from harness.files import atomic_write_json, atomic_write_text
 from harness.failures import failure_candidates, select_failures
 from harness.interface import extract_code
 from harness.operators import DeterministicOperator
+from harness.oracle import sft_target_source
 from harness.rewards import score_harness
 from harness.rule_split import Design, compact_program, depends_on, restricted_rules
 from harness.rules import compose_program
+from harness.traces import trace_tasks
+from harness.training_data import sft_target_of_config, train_tasks
 
 CONSTANT = "def is_legal_action(state, action):\n    return False\n"
 RULE_OPERATOR_BUDGET = 3
@@ -93,3 +100,37 @@ def report_lines(report: dict[str, Any]) -> list[str]:
             f"train tasks: {report['train_with_dependent']}/{report['n_train']} hold an example that depends on H; "
             f"the restricted target is gold on {report['train_restricted_gold']}/{report['n_train']}"]
     return out
+
+
+def task_rows(tasks: Sequence[Task], design: Design) -> list[dict[str, Any]]:
+    """heldout_tasks.jsonl rows: enough to rescore any program on the study's own tasks (dependent: the example
+    depends on the held-out rules; rule split only)."""
+    rows = []
+    for task in tasks:
+        examples = [{"action": e.action, "legal": e.legal} | ({"dependent": depends_on(design.heldout_rules, e.state,
+                                                                                     e.action)}
+                                                           if design.kind == "rule" else {}) for e in task.examples]
+        rows.append({"task_id": task.task_id, "page": task.page, "examples_hash": task.examples_hash,
+                     "state": task.state, "examples": examples})
+    return rows
+
+
+def write_task_files(cfg: Any, run_dir: Path) -> list[str]:
+    """<run>/heldout_tasks.jsonl (the trace tasks) and, under the rule split, <run>/split_check.json (the check
+    above on those tasks and the run's GRPO train tasks); returns their names (step 01's outputs)."""
+    design = Design.of(cfg)
+    heldout = trace_tasks(cfg)
+    text = "".join(json.dumps(row, sort_keys=True) + "\n" for row in task_rows(heldout, design))
+    atomic_write_text(Path(run_dir) / "heldout_tasks.jsonl", text)
+    if design.kind != "rule":
+        return ["heldout_tasks.jsonl"]
+    train = train_tasks(cfg.train_count, cfg.train_examples_per_obs, design)
+    atomic_write_json(Path(run_dir) / "split_check.json", check_split(design, heldout, train,
+                                                                      cfg.harness_gold_threshold))
+    return ["heldout_tasks.jsonl", "split_check.json"]
+
+
+def write_sft_target(cfg: Any, run_dir: Path) -> str:
+    """<run>/sft_target.py: the program the warm-start teaches (step 02's output)."""
+    atomic_write_text(Path(run_dir) / "sft_target.py", sft_target_source(sft_target_of_config(cfg)))
+    return "sft_target.py"

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from harness.budget import arm_plan, check_refine_fits, frozen_search_budget, matched_budgets, planned_arms
 from harness.config import Config, ConfigError
 from harness.dataset import DatasetError, Task, heldout_examples, make_task, n_pages
+from harness.rule_split import Design
 from harness.files import StorageError, atomic_write_json, read_json, shown_path
 from harness.operators import OperatorError, operator_from_config
 from harness.rewards import validation_problem
@@ -40,13 +41,14 @@ def arm_file(arm: str) -> str:
 
 def trace_tasks(cfg: Config) -> list[Task]:
     """W8_TRACE_TASKS held-out tasks from distinct pages: seeds trace_task_seed, +1, ... skipping a page seen."""
-    pages = n_pages("heldout")
+    design = Design.of(cfg)
+    pages = n_pages("heldout", design=design)
     if cfg.trace_tasks > pages:
-        raise DatasetError(f"W8_TRACE_TASKS={cfg.trace_tasks}: the held-out split has {pages} pages and no page "
-                           "serves two tasks")
+        raise DatasetError(f"W8_TRACE_TASKS={cfg.trace_tasks}: the held-out split ({design.kind}) can give {pages} "
+                           "tasks, one per page that serves one, and no page serves two")
     tasks: list[Task] = []
     for seed in range(cfg.trace_task_seed, cfg.trace_task_seed + TASK_SEED_TRIES):
-        task = make_task("heldout", seed, cfg.trace_examples_per_obs)
+        task = make_task("heldout", seed, cfg.trace_examples_per_obs, design=design)
         if task.page not in {t.page for t in tasks}:
             tasks.append(task)
         if len(tasks) == cfg.trace_tasks:
@@ -101,7 +103,7 @@ def search_specs(cfg: Config, run_dir: Path, arm: str, budget: int | None = None
     knobs = SearchKnobs.from_config(cfg if budget is None else cfg.replace(trace_max_iterations=budget))
     specs = []
     for task in trace_tasks(cfg):
-        heldout = heldout_examples(task.obs_id)
+        heldout = heldout_examples(task.obs_id, design=Design.of(cfg))
         slug = task.task_id.replace("/", "_")
         for seed in trace_seeds(cfg):
             specs.append(SearchSpec(task, SearchKnobs(knobs.max_iterations, knobs.c, seed, knobs.reward), heldout,
@@ -164,8 +166,10 @@ def run_arm(cfg: Config, run_dir: Path, arm: str, say: Callable[..., None] = pri
         f"{getattr(operator, 'temperature', '-')}", flush=True)
     try:
         traces = run_searches(specs, operator, progress=progress)
-    except SearchStateError as err:
-        raise StepError(str(err)) from None
+    except (SearchStateError, OperatorError) as err:  # OperatorError: a llama.cpp worker died mid-round
+        raise StepError(f"{arm}: {err}") from None
+    finally:
+        operator.close()
     atomic_write_json(sandbox_record_path(run_dir, arm), merge_provenance(earlier, sandbox_provenance()))
     out = []
     for trace in traces:

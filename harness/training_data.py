@@ -28,6 +28,7 @@ from typing import Any
 from harness.dataset import DatasetError, Example, Task, make_task
 from harness.files import atomic_write_bytes, atomic_write_text, file_digest
 from harness.oracle import sft_target_source
+from harness.rule_split import Design, restricted_target
 from harness.prompts import build_refine_prompt, build_zero_shot_prompt
 from harness.rewards import RewardKnobs
 
@@ -125,19 +126,20 @@ def mixed_rows(zero_shot_rows: list[dict[str, Any]], refine_rows: list[dict[str,
                   "refine_short": short, "note": note}
 
 
-def train_tasks(count: int, examples_per_obs: int) -> list[Task]:
-    """The GRPO/SFT tasks: train pages only, seeds 0..count-1."""
-    return [make_task("train", seed, examples_per_obs) for seed in range(count)]
+def train_tasks(count: int, examples_per_obs: int, design: Design) -> list[Task]:
+    """The GRPO/SFT tasks: train pages only, seeds 0..count-1 (under the rule split, no example depending on the
+    held-out rules)."""
+    return [make_task("train", seed, examples_per_obs, design=design) for seed in range(count)]
 
 
-def sft_tasks(train: list[Task], sft_count: int, examples_per_obs: int) -> list[Task]:
+def sft_tasks(train: list[Task], sft_count: int, examples_per_obs: int, design: Design) -> list[Task]:
     """The SFT rows' tasks: the GRPO prompts' (`train`) when W8_SFT_COUNT is 0, else train tasks 0..sft_count-1."""
-    return train if sft_count <= 0 else train_tasks(sft_count, examples_per_obs)
+    return train if sft_count <= 0 else train_tasks(sft_count, examples_per_obs, design)
 
 
-def eval_tasks(examples_per_obs: int, count: int = EVAL_COUNT) -> list[Task]:
+def eval_tasks(examples_per_obs: int, design: Design, count: int = EVAL_COUNT) -> list[Task]:
     """A small evaluation split from held-out pages (seeds from EVAL_SEED_OFFSET, never the trace seeds)."""
-    return [make_task("heldout", EVAL_SEED_OFFSET + i, examples_per_obs) for i in range(count)]
+    return [make_task("heldout", EVAL_SEED_OFFSET + i, examples_per_obs, design=design) for i in range(count)]
 
 
 def sft_row(task: Task, target: str) -> dict[str, Any]:
@@ -160,8 +162,18 @@ def sft_target_for(backend: str) -> str:
 
 
 def sft_target_of_config(cfg: Any) -> str:
-    """The run's SFT answer: W8_SFT_TARGET, its 'auto' resolved by backend."""
-    return sft_target_for(cfg.backend) if cfg.sft_target == "auto" else cfg.sft_target
+    """The run's SFT answer: W8_SFT_TARGET, its 'auto' resolved by backend; under the rule split that program
+    without the held-out rule families, as program text (harness.rule_split.restricted_target)."""
+    name = sft_target_for(cfg.backend) if cfg.sft_target == "auto" else cfg.sft_target
+    design = Design.of(cfg)
+    return restricted_target(design.heldout_rules, name) if design.kind == "rule" else name
+
+
+def sft_target_label(cfg: Any) -> str:
+    """The run's SFT answer in words: 'compact', or 'compact without pointer, fill_editable' (rule split)."""
+    name = sft_target_for(cfg.backend) if cfg.sft_target == "auto" else cfg.sft_target
+    design = Design.of(cfg)
+    return f"{name} without {', '.join(design.heldout_rules)}" if design.kind == "rule" else name
 
 
 def write_parquet_rows(rows: list[dict[str, Any]], path: str | Path) -> Path:
@@ -206,17 +218,17 @@ class TrainingData:
 
 
 def prepare_training_data(train_count: int, examples_per_obs: int, data_dir: str | Path, sft_target: str,
-                          reward: RewardKnobs, sft_count: int = 0) -> TrainingData:
+                          reward: RewardKnobs, sft_count: int, design: Design) -> TrainingData:
     """Write train.parquet, validation.parquet and sft/train.jsonl under data_dir, unless identical ones exist.
 
     A fingerprint of the inputs (knobs, the tasks' examples, the prompt of the first task)
     decides reuse, so a changed knob or snapshot rebuilds the files.
     """
     root = Path(data_dir)
-    train = train_tasks(train_count, examples_per_obs)
-    evals = eval_tasks(examples_per_obs)
+    train = train_tasks(train_count, examples_per_obs, design)
+    evals = eval_tasks(examples_per_obs, design)
     first = skyrl_row(train[0], reward)
-    sft_rows = sft_tasks(train, sft_count, examples_per_obs)
+    sft_rows = sft_tasks(train, sft_count, examples_per_obs, design)
     key = hashlib.sha256(json.dumps([train_count, sft_count, examples_per_obs, sft_target_source(sft_target),
                                      reward.as_row(),
                                      [t.examples_hash for t in train + evals], first["prompt"]],
@@ -232,7 +244,8 @@ def prepare_training_data(train_count: int, examples_per_obs: int, data_dir: str
     write_jsonl_rows([sft_row(t, sft_target) for t in sft_rows], out.sft_dir / "train.jsonl")
     atomic_write_text(stamp, json.dumps({"key": key, "train_count": train_count, "sft_count": len(sft_rows),
                                          "examples_per_obs": examples_per_obs,
-                                         "sft_target": sft_target[:40], **reward.as_row(),
+                                         "sft_target": sft_target if len(sft_target) < 40 else
+                                         hashlib.sha256(sft_target.encode()).hexdigest()[:16], **reward.as_row(),
                                          "sha256": {n: file_digest(p)["sha256"] for n, p in files.items()}}) + "\n")
     return out
 
@@ -257,4 +270,5 @@ def cached_files_intact(stamp: Path, key: str, files: dict[str, Path]) -> bool:
 def training_data_for(cfg: Any, data_dir: str | Path) -> TrainingData:
     """The rows of a run: its GRPO prompts and SFT rows (counts and size), its SFT target, its reward knobs."""
     return prepare_training_data(cfg.train_count, cfg.train_examples_per_obs, data_dir,
-                                 sft_target_of_config(cfg), RewardKnobs.from_config(cfg), cfg.sft_count)
+                                 sft_target_of_config(cfg), RewardKnobs.from_config(cfg), cfg.sft_count,
+                                 Design.of(cfg))

@@ -14,8 +14,10 @@ and the traces are cut into <run>/frozen_trace.json (the run's budget), frozen_m
 the search never looks at its budget, so each cut is the search that budget would have run.
 Prints a live `steps_to_gold frozen ...` line per node. Each search's state is saved after every
 node, so a killed step resumes mid-round; where the saved nodes' programs ran is kept beside them
-(search/frozen.sandbox.json), so a trace rebuilt from saved nodes keeps its sandbox record. Ends
-with one line: gold reached in k/n searches and the mean steps_to_gold.
+(search/frozen.sandbox.json), so a trace rebuilt from saved nodes keeps its sandbox record. It also writes
+heldout_tasks.jsonl (every trace task's state and labeled actions: rescore any program on them) and,
+under the rule split, split_check.json (harness.split_check). Ends with one line: gold reached in k/n
+searches and the mean steps_to_gold.
 """
 
 from __future__ import annotations
@@ -26,15 +28,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.pipeline import StepResult, run_step  # noqa: E402
+from harness.split_check import write_task_files  # noqa: E402
 from harness.traces import arm_sandbox, load_traces, steps_summary, trace_frozen_to_files  # noqa: E402
 
 STEP = "01_frozen_trace"
 
 
 def body(cfg, run_dir: Path, args) -> StepResult:
+    task_files = write_task_files(cfg, run_dir)
     paths = trace_frozen_to_files(cfg, run_dir, cfg.harness_model)
     summary = "; ".join(f"{path.name.removesuffix('_trace.json')}: {steps_summary(load_traces(path))}" for path in paths)
-    return StepResult([path.name for path in paths], summary, extra={"sandbox": arm_sandbox(run_dir, "frozen")})
+    return StepResult([path.name for path in paths] + task_files, summary,
+                      extra={"sandbox": arm_sandbox(run_dir, "frozen")})
 
 
 if __name__ == "__main__":

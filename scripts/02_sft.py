@@ -9,8 +9,9 @@ The targets are a reference harness answering the same zero-shot prompt the sear
 its compact form (harness.dataset.COMPACT_HARNESS, same verdicts) on CPU. Writes
 <run>/sft/global_step_N/policy (an HF export) and <run>/sft_metrics.json; on SkyRL also
 <run>/skyrl_sft_overrides.txt (one override a line). With 0 steps it writes only its marker
-(skipped) and step 03 starts from the base model. Ends with one line: the export and the
-wall time.
+(skipped) and step 03 starts from the base model. It also writes <run>/sft_target.py, the program the
+warm-start taught (under the rule split: the compact program without the held-out rules). Ends with one
+line: the export and the wall time.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.hparams import for_config  # noqa: E402
 from harness.models import ModelError, resolve_model  # noqa: E402
 from harness.pipeline import StepError, StepResult, finish_training, run_step  # noqa: E402
+from harness.split_check import write_sft_target  # noqa: E402
 from harness.training_data import training_data_for  # noqa: E402
 
 STEP = "02_sft"
@@ -55,7 +57,9 @@ def body(cfg, run_dir: Path, args) -> StepResult:
         return StepResult([], "W8_HARNESS_SFT_STEPS=0: step 03 starts from the base model", skipped=True)
     start = time.monotonic()
     extra = (train_local if cfg.backend == "local" else train_skyrl)(cfg, run_dir)
-    return finish_training(run_dir, run_dir / "sft", "sft", time.monotonic() - start, extra)
+    result = finish_training(run_dir, run_dir / "sft", "sft", time.monotonic() - start, extra)
+    result.outputs.append(write_sft_target(cfg, run_dir))  # the program the warm-start taught, for the results
+    return result
 
 
 if __name__ == "__main__":

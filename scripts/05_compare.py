@@ -255,9 +255,11 @@ def sandbox_lines(config: dict) -> list[str]:
 
 
 def sft_target_name(knobs: dict) -> str:
-    """The SFT target a run used ('auto' resolved by backend; runs before W8_SFT_TARGET used the auto rule)."""
+    """The SFT target a run used ('auto' resolved by backend; runs before W8_SFT_TARGET used the auto rule), with
+    the held-out rule families it leaves out under the rule split."""
     target = knobs.get("sft_target") or "auto"
-    return sft_target_for(knobs.get("backend", "local")) if target == "auto" else target
+    name = sft_target_for(knobs.get("backend", "local")) if target == "auto" else target
+    return f"{name} without {knobs.get('heldout_rules')}" if knobs.get("split") == "rule" else name
 
 
 def grpo_steps_line(zero: dict[str, dict], knobs: dict, hp: dict) -> str:
@@ -283,6 +285,9 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], z
         f"- model: `{config['model']}` (backend `{config['backend']}`, preset `{knobs.get('preset') or 'none'}`), "
         f"git `{config['git_sha']}`",
         f"- hardware: {', '.join(config['accelerators']['detected'])}; started {config['started_at']}",
+        f"- split: {knobs.get('split', 'page')}" + (f", held-out rule families {knobs.get('heldout_rules')} (no training "
+        "example depends on them; every held-out task holds 3 or more that do)" if knobs.get("split") == "rule" else
+                                                    " (held-out pages; the same rules on every page)"),
         f"- searches: n = {result['n_tasks']} held-out tasks (each from its own page) x {knobs.get('trace_seeds')} "
         f"search seed(s) = {result['n_searches']} searches per arm, {knobs.get('trace_examples_per_obs')} "
         f"examples each; budget {result['max_iterations']} refinements; gold = balanced accuracy >= "

@@ -43,9 +43,11 @@ from harness.cloud import (TASK_YAML, CloudError, check_host_memory, launch_comm
 from harness.cloud import GCLOUD_CONFIG_DIR, key_path  # noqa: E402
 from harness.config import BY_ENV, KNOBS, Config, ConfigError, load_config  # noqa: E402
 from harness.gcp_iap import sky_config, validate  # noqa: E402
-from harness.dataset import DatasetError, is_balanced, make_task  # noqa: E402
+from harness.dataset import DatasetError, is_balanced  # noqa: E402
 from harness.files import REPO_ROOT, WORK_DIR  # noqa: E402
+from harness.rule_split import Design  # noqa: E402
 from harness.traces import search_plan, trace_tasks  # noqa: E402
+from harness.training_data import train_tasks  # noqa: E402
 
 TRAIN_SAMPLE = 64  # train tasks built here; the full set is built by step 03 (same code path)
 
@@ -177,8 +179,7 @@ def check_skyrl(out: Path) -> str:
 def check_datasets(cfg: Config) -> str:
     try:
         trace = trace_tasks(cfg)  # what steps 01 and 04 search: one task per held-out page from W8_TRACE_TASK_SEED
-        train = [make_task("train", seed, cfg.train_examples_per_obs) for seed in range(min(cfg.train_count,
-                                                                                              TRAIN_SAMPLE))]
+        train = train_tasks(min(cfg.train_count, TRAIN_SAMPLE), cfg.train_examples_per_obs, Design.of(cfg))
     except DatasetError as err:
         raise CheckError(str(err)) from None
     unbalanced = [t.task_id for t in trace + train

@@ -65,10 +65,11 @@ def refine_stand_in(cfg, data, out: Path):
     from harness.failures import failures_to_show
     from harness.oracle import oracle_source
     from harness.rewards import RewardKnobs, score_harness
+    from harness.rule_split import Design
     from harness.training_data import mixed_rows, refine_row, skyrl_row, train_tasks, write_parquet_rows
 
     reward = RewardKnobs.from_config(cfg)
-    tasks = train_tasks(cfg.train_count, cfg.train_examples_per_obs)
+    tasks = train_tasks(cfg.train_count, cfg.train_examples_per_obs, Design.of(cfg))
     weak = "def is_legal_action(state, action):\n    return True\n"
     refine = []
     for task in tasks[: max(1, cfg.harvest_tasks)]:

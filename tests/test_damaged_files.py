@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.dataset import PAGE
 from harness import markers
 from harness.config import load_config
 from harness.exports import ExportError, check_export
@@ -58,7 +59,8 @@ def test_a_truncated_export_is_named_by_the_check_the_model_resolver_and_the_mar
 
 
 def test_a_truncated_cached_train_jsonl_is_named_and_rebuilt(tmp_path, capsys):
-    args = (1, 8, tmp_path / "data", "compact", RewardKnobs.from_config(load_config(env={"W8_SANDBOX": "local"})))
+    args = (1, 8, tmp_path / "data", "compact", RewardKnobs.from_config(load_config(env={"W8_SANDBOX": "local"})), 0,
+            PAGE)
     data = prepare_training_data(*args)
     jsonl = data.sft_dir / "train.jsonl"
     whole = jsonl.read_bytes()

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from harness.dataset import PAGE
 from harness.dataset import DatasetError, examples_of, load_snapshot, make_task
 from harness.env import EnvRowError, HarnessLegalityEnv, register_env
 from harness.models import resolve_model
@@ -129,10 +130,10 @@ def test_compact_target_agrees_with_the_oracle_on_the_snapshot():
 def test_training_files_written_once_and_loadable(tmp_path):
     import datasets
 
-    data = prepare_training_data(4, 8, tmp_path, "compact", REWARD)
+    data = prepare_training_data(4, 8, tmp_path, "compact", REWARD, 0, PAGE)
     assert check_skyrl_parquet(data.train_parquet) == 4 and check_skyrl_parquet(data.eval_parquet) == data.n_eval
     stamp = data.train_parquet.stat().st_mtime_ns
-    again = prepare_training_data(4, 8, tmp_path, "compact", REWARD)
+    again = prepare_training_data(4, 8, tmp_path, "compact", REWARD, 0, PAGE)
     assert again == data and data.train_parquet.stat().st_mtime_ns == stamp  # reused, not rewritten
     sft = datasets.load_dataset(str(data.sft_dir), split="train")  # how SkyRL's SFT trainer and TRL load it
     assert len(sft) == 4 and sft[0]["messages"][-1]["role"] == "assistant"

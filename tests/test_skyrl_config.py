@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.dataset import PAGE
 from harness.config import load_config
 from harness.training_data import prepare_training_data
 from helpers import REWARD
@@ -20,7 +21,7 @@ PATHS = Paths(export="/tmp/w8-test/grpo", logs="/tmp/w8-test/grpo/logs")
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    return prepare_training_data(64, 8, tmp_path_factory.mktemp("rows"), "oracle", REWARD)
+    return prepare_training_data(64, 8, tmp_path_factory.mktemp("rows"), "oracle", REWARD, 0, PAGE)
 
 
 def render(data, accelerator, lengths=LENGTHS, n_train=None, nodes=1, max_steps=0):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.dataset import PAGE
 from harness import sandbox, sandbox_local
 from harness.dataset import make_task
 from harness.env import register_env
@@ -201,7 +202,7 @@ def test_sft_rows_through_skyrls_tokenization_fit_max_length(tmp_path, tokenizer
 
     from harness.skyrl_config import measure_lengths, render_sft, plan_for, Paths
 
-    data = prepare_training_data(4, 24, tmp_path, target, REWARD)
+    data = prepare_training_data(4, 24, tmp_path, target, REWARD, 0, PAGE)
     lengths = measure_lengths(str(resolve_model("smollm2-135m")), data)
     sft = render_sft("m", plan_for("L4:1", "m", 4, 1), data, lengths, Paths("e", "l"), 1, "r")
     max_length = int(next(o for o in sft if o.startswith("max_length=")).split("=")[1])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.dataset import PAGE
 from harness import records, skyrl_main
 from harness.skyrl_config import Lengths, Paths, plan_for, render_sft
 from harness.training_data import prepare_training_data
@@ -15,7 +16,7 @@ LENGTHS = Lengths(prompt_max=1000, conversation_max=2600, answer_max=1400, exact
 
 @pytest.fixture(scope="module")
 def sft_overrides(tmp_path_factory):
-    data = prepare_training_data(8, 8, tmp_path_factory.mktemp("rows"), "oracle", REWARD)
+    data = prepare_training_data(8, 8, tmp_path_factory.mktemp("rows"), "oracle", REWARD, 0, PAGE)
     run = tmp_path_factory.mktemp("r3-run")
     paths = Paths(export=str(run / "sft"), logs=str(run / "sft" / "logs"))
     return render_sft(MODEL, plan_for("L4:1", MODEL, data.n_train, 1), data, LENGTHS, paths, steps=1,

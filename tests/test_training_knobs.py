@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.dataset import PAGE
 from harness.config import ConfigError, load_config
 from harness.hparams import LOCAL, SKYRL, for_config, hparams_record
 from harness.rewards import RewardKnobs
@@ -47,10 +48,10 @@ def test_grpo_knobs_override_the_backend_table_and_are_recorded():
 
 
 def test_sft_rows_apart_from_grpo_prompts(tmp_path):
-    data = prepare_training_data(4, 8, tmp_path, "compact", REWARD, sft_count=2)
+    data = prepare_training_data(4, 8, tmp_path, "compact", REWARD, 2, PAGE)
     rows = (data.sft_dir / "train.jsonl").read_text().splitlines()
     assert data.n_train == 4 and len(rows) == 2
-    same = prepare_training_data(4, 8, tmp_path / "b", "compact", REWARD)
+    same = prepare_training_data(4, 8, tmp_path / "b", "compact", REWARD, 0, PAGE)
     assert len((same.sft_dir / "train.jsonl").read_text().splitlines()) == 4  # 0: the GRPO prompts' tasks
     assert sft_target_of_config(load_config(env={})) == "compact"
     assert sft_target_of_config(load_config(env={"W8_BACKEND": "skyrl"})) == "oracle"
