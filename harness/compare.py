@@ -56,7 +56,8 @@ DECODING_FIELDS = ("name", "max_new_tokens", "temperature", "dtype", "generation
                    "top_k")
 # (A, B): is A better than B? trained vs sft is what GRPO added on top of SFT.
 COMPARISONS = (("trained", "frozen"), ("trained", "frozen_matched"), ("trained", "sft"), ("sft", "frozen"),
-               ("grpo_only", "frozen"), ("trained", "grpo_only"), ("refine", "trained"), ("refine", "frozen"),
+               ("grpo_only", "frozen"), ("trained", "grpo_only"), ("refine", "trained"), ("refine", "sft"),
+               ("refine", "frozen"),
                ("refine", "frozen_matched"), ("self", "frozen"), ("self", "frozen_matched"), ("self", "trained"))
 # measure -> (lower is better, what it is)
 MEASURES = {"steps": (True, "mean steps to gold (not reached = budget + 1)"),
@@ -200,6 +201,8 @@ def arm_summary(traces: list[dict[str, Any]], sft_target: str | None) -> dict[st
             "solved_share": mean["solved"], "node0_gold_rate": mean["node0_gold"],
             "node0_reward_mean": mean["node0_reward"],
             "node0_gold_tasks": sum(v["node0_gold"] == 1.0 for v in values),
+            "golds_at_node0": sum(1 for t in traces if gold_nodes(t) and gold_nodes(t)[0]["index"] == 0),
+            "golds_from_refinements": sum(1 for t in traces if gold_nodes(t) and gold_nodes(t)[0]["index"] > 0),
             "node0_valid_share": _mean([float(t["nodes"][0].get("valid", False)) for t in traces]),
             "tokens_mean": _mean([t.get("tokens", {}).get("total") for t in traces]),
             "gold_heldout_accuracy_mean": _mean([g.get("heldout_accuracy") for g in golds]),

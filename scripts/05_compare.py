@@ -73,12 +73,13 @@ def arm_table(result: dict) -> list[str]:
     budget = result["max_iterations"]
     lines = [f"Each figure is a mean over tasks (n = {result['n_tasks']} held-out tasks, each the mean of its "
              f"{result['n_searches'] // max(1, result['n_tasks'])} search seed(s)).", "",
-             "| arm | budget | n tasks | mean steps to gold | solved within budget | node-0 gold rate (tasks all gold) | "
-             "node-0 reward | node-0 valid | node-0 similarity to SFT target | gold harnesses: held-out accuracy |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| arm | budget | n tasks | mean steps to gold | solved within budget | golds at node 0 / from a "
+             "refinement (searches) | node-0 gold rate (tasks all gold) | node-0 reward | node-0 valid | node-0 similarity "
+             "to SFT target | gold harnesses: held-out accuracy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for arm, a in result["arms"].items():
         lines.append(f"| {arm} | {a['budget']} | {a['n_tasks']} | {a['mean_steps']:.2f} | {a['solved_share']:.0%} | "
-                     f"{a['node0_gold_rate']:.0%} ({a['node0_gold_tasks']}) | {a['node0_reward_mean']:.3f} | "
+                     f"{a.get('golds_at_node0', '-')} / {a.get('golds_from_refinements', '-')} | {a['node0_gold_rate']:.0%} ({a['node0_gold_tasks']}) | {a['node0_reward_mean']:.3f} | "
                      f"{_num(a['node0_valid_share'], '.0%')} | {_num(a['node0_similarity_to_sft_target_mean'], '.3f')}"
                      f" | {_num(a['gold_heldout_accuracy_mean'], '.3f')} |")
     return lines + ["", f"Not reached counts the arm's budget + 1 ({budget + 1} for the budget of {budget} "
