@@ -77,18 +77,23 @@ def on_cpu() -> bool:
     return not torch.cuda.is_available()
 
 
-def count_generate_calls(model) -> list[int]:
-    """Wrap model.generate so that every call appends its batch size (rows of input_ids) to the returned list."""
-    sizes: list[int] = []
+def count_generate_calls(model) -> dict[str, list]:
+    """Wrap model.generate so that every call appends its batch size (rows of input_ids) to ["sizes"] and its
+    wall seconds to ["seconds"]: what GRPO's own sampling costs, apart from the backward pass."""
+    calls: dict[str, list] = {"sizes": [], "seconds": []}
     generate = model.generate
 
     def counted(*args, **kwargs):
         ids = kwargs.get("input_ids", args[0] if args else None)
-        sizes.append(int(ids.shape[0]) if ids is not None else 0)
-        return generate(*args, **kwargs)
+        calls["sizes"].append(int(ids.shape[0]) if ids is not None else 0)
+        start = time.monotonic()
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            calls["seconds"].append(time.monotonic() - start)
 
     model.generate = counted
-    return sizes
+    return calls
 
 
 def _start(model_path: str, out_dir: Path, steps: int) -> tuple[str, int, TrainResult | None]:
@@ -281,7 +286,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
     _warn_if_answer_is_cut(tokenizer, data, max_completion_length)
     reward = EnvReward()
     log: list[dict[str, Any]] = _prior_steps(out_dir) if done else []
-    clock = {"t": time.monotonic(), "reward_s": 0.0, "kinds": dict(reward.kinds)}
+    clock = {"t": time.monotonic(), "reward_s": 0.0, "kinds": dict(reward.kinds), "generate_s": 0.0}
 
     class StepLog(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -289,6 +294,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                 return
             now = time.monotonic()
             scoring = reward.seconds - clock["reward_s"]
+            sampling = sum(generate_batches["seconds"]) - clock["generate_s"]
             # the step's prompts by kind: its samples of each kind / the group (every sample of a group shares a row)
             prompts = {f"prompts_{kind}": (reward.kinds[kind] - clock["kinds"][kind]) / hp.group_size
                        for kind in PROMPT_KINDS}
@@ -297,8 +303,10 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                         "balanced_accuracy": logs.get("balanced_accuracy"), "kl": logs.get("kl"),
                         "loss": logs.get("loss"), "completion_length": logs.get("completions/mean_length"),
                         "zero_variance_groups": logs.get("frac_reward_zero_std"),
-                        "step_time_s": round(now - clock["t"], 2), "reward_time_s": round(scoring, 3), **prompts})
-            clock.update(t=now, reward_s=reward.seconds, kinds=dict(reward.kinds))
+                        "step_time_s": round(now - clock["t"], 2), "reward_time_s": round(scoring, 3),
+                        "generate_time_s": round(sampling, 2), **prompts})
+            clock.update(t=now, reward_s=reward.seconds, kinds=dict(reward.kinds),
+                         generate_s=sum(generate_batches["seconds"]))
 
     # One completion per forward/backward (micro batch 1, accumulated over the group): the logits of a
     # whole group (group x ~1.8k tokens x 49k vocab in float32) were most of a 12 GB peak; one optimizer
@@ -323,6 +331,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
             "train_rows": data.n_train, "reward_calls": reward.calls,
             # TRL generates a step's whole generation batch (per_device 1 x accumulation = the group) in one
             # generate call: these record it, per call, so a run shows its groups were generated batched
-            "generate_calls": len(generate_batches), "generate_batch_sizes": sorted(set(generate_batches)),
-            "reward_seconds": round(reward.seconds, 2)}
+            "generate_calls": len(generate_batches["sizes"]),
+            "generate_batch_sizes": sorted(set(generate_batches["sizes"])),
+            "generate_seconds": round(sum(generate_batches["seconds"]), 2), "reward_seconds": round(reward.seconds, 2)}
     return TrainResult(policy, steps, write_metrics(out_dir, "grpo", log, meta))

@@ -78,8 +78,9 @@ def test_run_config_lists_the_task_ids_the_steps_use(tmp_path):
     assert tasks["trace"] == list(dict.fromkeys(s.task.task_id for s in specs)) and len(tasks["trace"]) == 2
     assert tasks["trace_seeds"] == sorted({s.knobs.seed for s in specs}) and len(tasks["trace_seeds"]) == 2
     assert len(tasks["harvest"]) == 2 and not set(tasks["harvest"]) & set(tasks["grpo"])
-    assert all(t.startswith("heldout/") for t in tasks["trace"] + tasks["eval"])
-    assert all(t.startswith("train/") for t in tasks["grpo"] + tasks["sft"] + tasks["harvest"])
+    assert cfg.split == "rule"  # the smoke preset's: every id names the rule split
+    assert all(t.startswith("rule/heldout/") for t in tasks["trace"] + tasks["eval"])
+    assert all(t.startswith("rule/train/") for t in tasks["grpo"] + tasks["sft"] + tasks["harvest"])
     bare = json.loads((pipeline.open_run(cfg_with(W8_RUN_ID="bare", W8_TRAIN_COUNT=2), root=tmp_path)
                        / "run_config.json").read_text())["tasks"]
     assert bare["sft"] == [] and bare["harvest"] == [] and len(bare["grpo"]) == 2  # no SFT, no harvesting arm

@@ -138,6 +138,8 @@ def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2)
     assert (step["prompts_zero_shot"], step["prompts_refine"]) == (1, 0)  # one zero-shot prompt, its group of 8
     record = json.loads(grpo.metrics_path.read_text())
     assert (record["generate_calls"], record["generate_batch_sizes"]) == (1, [8]), "the group is one generate call"
+    assert 0 < record["generate_seconds"] <= record["steps"][0]["step_time_s"] + 1  # GRPO's own sampling, timed
+    assert record["steps"][0]["generate_time_s"] == pytest.approx(record["generate_seconds"], abs=0.05)
     before = load_file(str(sft.policy_dir / "model.safetensors"))
     after = load_file(str(grpo.policy_dir / "model.safetensors"))
     assert any(not torch.equal(before[k], after[k]) for k in before)
