@@ -168,7 +168,9 @@ def oracle_source() -> str:
 # not fit the completion budgets of the CPU trainer and the local search, so a 135M model
 # trained on it would only ever emit truncated, invalid programs. The GPU node trains on
 # the full oracle (its budget holds it; harness.training_data.sft_target_for).
-COMPACT_HARNESS = '''import ast
+# Its first lines (parse the action, check verb and arity, find the target's line) are shared with the
+# rule split's compact program (harness.rule_split), which adds one block per rule family after them.
+COMPACT_PRELUDE = '''import ast
 import re
 
 
@@ -189,7 +191,8 @@ def is_legal_action(state, action):
     if not m:
         return False
     line = m.group(1)
-    if verb in ("press", "focus"):
+'''
+COMPACT_HARNESS = COMPACT_PRELUDE + '''    if verb in ("press", "focus"):
         return True
     if "visible" not in line and "offscreen" not in line or verb != "hover" and "disabled=True" in line:
         return False

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Sequence
 
+from harness.oracle import COMPACT_PRELUDE
 from harness.rules import RULE_NAMES, rule_function, compose_program
 
 SPLIT_KINDS = ("page", "rule")
@@ -112,28 +113,7 @@ def dependent_actions(heldout: tuple[str, ...], state: str, actions: tuple[str, 
 # answer. All blocks together agree with the oracle on every snapshot example, and without a family's
 # block with the rule library's program without that family (tests/test_rule_split.py).
 _COMPACT_BLOCKS: tuple[tuple[str | None, str], ...] = (
-    (None, '''import ast
-import re
-
-
-def is_legal_action(state, action):
-    try:
-        call = ast.parse(action.strip(), mode="eval").body
-        verb, args = call.func.id, [ast.literal_eval(a) for a in call.args]
-    except Exception:
-        return False
-    n = {"noop": 1, "scroll": 2, "fill": 2, "press": 2, "select_option": 2}.get(verb, 1)
-    if verb not in "click dblclick hover focus clear fill press select_option scroll noop".split():
-        return False
-    if not n - (verb == "noop") <= len(args) <= n:
-        return False
-    if verb in ("scroll", "noop"):
-        return True
-    m = isinstance(args[0], str) and re.search(r"^\\s*\\[%s\\] (.*)" % re.escape(args[0]), state, re.M)
-    if not m:
-        return False
-    line = m.group(1)
-'''),
+    (None, COMPACT_PRELUDE),
     ("press_focus", '''    if verb in ("press", "focus"):
         return True
 '''),
