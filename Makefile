@@ -113,7 +113,7 @@ smoke: setup ## the whole r3 pipeline locally on tiny knobs, a real model step p
 local: setup ## the whole r3 pipeline on the embedded model with CPU defaults -> results/<run-id>/ (~13 min on 2 cores)
 	@$(RUN_ID_TO_ENV); W8_PRESET=local bash scripts/run_r3.sh
 
-study: setup ## the CPU study of the search: 16 held-out tasks x 6 arms at a budget of 4 (~4 h planned, 2 cores) -> results/<run-id>/
+study: setup ## the CPU study of the search on the rule split: 32 held-out tasks x 6 arms at a budget of 8 (~3 h, 2 cores) -> results/<run-id>/
 	@$(RUN_ID_TO_ENV); W8_PRESET=study bash scripts/run_r3.sh
 
 launch: ## dry-run, then sky launch -c w8-biayn-r3 -y --down sky/r3.yaml (presets/gcp.env), output kept in .w8-biayn/logs/; a failed or interrupted launch is torn down (docs/gpu-launch.md)

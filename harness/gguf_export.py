@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -53,14 +54,21 @@ def content_key(hf_dir: str | Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def file_type_name(path: str | Path) -> str:
-    """The quantization a GGUF file declares (general.file_type), e.g. 'Q4_1'."""
+@lru_cache(maxsize=16)
+def _file_type(path: str, size: int, mtime_ns: int) -> str:
     import gguf
 
-    field = gguf.GGUFReader(str(path)).fields.get("general.file_type")
+    field = gguf.GGUFReader(path).fields.get("general.file_type")
     if field is None:
         return "F32"
     return gguf.LlamaFileType(int(field.contents())).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+
+def file_type_name(path: str | Path) -> str:
+    """The quantization a GGUF file declares (general.file_type), e.g. 'Q4_1' (gguf-py parses the whole header,
+    seconds for the tokenizer's arrays: kept per file, size and mtime)."""
+    stat = Path(path).stat()
+    return _file_type(str(path), stat.st_size, stat.st_mtime_ns)
 
 
 def damage(path: Path) -> str | None:

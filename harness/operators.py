@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from harness.ct2 import CT2Error, ct2_model_dir
 from harness.exports import quiet_transformers
-from harness.gguf_export import GGUFError, file_type_name, gguf_for
+from harness.gguf_export import GGUFError, gguf_for
 from harness.llamacpp import LlamaCppEngine, LlamaCppError, import_llama_cpp, usable_cores
 from harness.models import EMBEDDED, ModelError, find_embedded_gguf, resolve_model
 from harness.prompts import MAX_FAILURES, build_refine_prompt, build_zero_shot_prompt
@@ -280,7 +280,7 @@ class LlamaCppOperator(ChatOperator):
             path = resolve_model_path(model)
             shipped = find_embedded_gguf(*EMBEDDED[model][:2]) if model in EMBEDDED else None
             self.gguf = gguf_for(path, gguf_type, shipped=shipped)  # the shipped base when it is that type
-            self.gguf_type = file_type_name(self.gguf)
+            self.gguf_type = gguf_type  # what gguf_for returns is of that type, shipped or copied
             quiet_transformers()
             self.tokenizer = AutoTokenizer.from_pretrained(path)
             self.engine = LlamaCppEngine(self.gguf, workers or usable_cores())
