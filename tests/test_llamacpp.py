@@ -79,7 +79,7 @@ def test_an_answer_ends_at_im_end_as_in_hf(tokenizer):
 
 @pytest.mark.slow
 def test_a_node_does_not_depend_on_the_worker_count_or_on_the_requests_before_it():
-    tasks = [make_task("heldout", seed, 24) for seed in (7, 8, 9)]
+    tasks = [make_task("heldout", seed, 24) for seed in (27, 22, 10)]  # the shortest states: cheap prefills
     requests = [Request(task, 100 + i) for i, task in enumerate(tasks)] + [Request(tasks[0], 5)]
     texts = {}
     for workers in sorted({1, usable_cores()}):
