@@ -204,9 +204,10 @@ def harvest_cell(e: dict) -> str:
 
 
 def ledger_lines(book: dict, n_tasks: int, warm: dict[str, dict | None] | None = None) -> list[str]:
-    lines = ["| arm | search nodes | tokens generated in search | sandbox evaluations | search wall s | training "
-             "generations (GRPO + harvest) | planned | training wall s (fine-tunes + GRPO) | harvest wall s (summed "
-             "over its searches) | total generations per task |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| arm | search nodes | tokens generated in search | sandbox evaluations | search s (its nodes' times "
+             "added up: each node's share of its round's generation, plus its scoring) | training "
+             "generations (GRPO + harvest) | planned | training wall s (fine-tunes + GRPO) | harvest wall s (and its "
+             "searches' worker-seconds) | total generations per task |", "|---|---|---|---|---|---|---|---|---|---|"]
     for arm, e in book.items():
         total = (e["search_generations"] + e["training_generations"]) / max(1, n_tasks)
         train = (f"{e['training_generations']} ({e.get('grpo_generations', 0)} + {e.get('harvest_generations', 0)})"

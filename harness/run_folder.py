@@ -83,8 +83,9 @@ def load_run_config(run_dir: Path) -> dict[str, Any]:
 
 
 def config_of_run(run_dir: Path) -> Config:
-    """The knobs a run folder was started with (what a step run in a subprocess must use)."""
-    return Config(dict(load_run_config(run_dir)["knobs"]))
+    """The knobs a run folder was started with (what a step run in a subprocess must use). A knob added after
+    the run was recorded takes its default, which is the behaviour the run had (W8_SPLIT=page, for example)."""
+    return Config({**{k.name: k.default for k in KNOBS}, **load_run_config(run_dir)["knobs"]})
 
 
 def record_sandbox(run_dir: Path, step: str, provenance: dict[str, Any]) -> None:

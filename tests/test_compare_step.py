@@ -78,7 +78,8 @@ def test_an_sft_arm_gold_everywhere_gets_no_grpo_effect(run):
 
 def test_a_results_folder_is_redone_from_its_own_files(run, tmp_path):
     """--results DIR: the compare of a results folder (traces, run_config.json, an older summary.md, no step markers)
-    redone there; the wall-time rows its run recorded are kept, and no run folder is opened or touched."""
+    redone there; the wall-time rows its run recorded are kept, and no run folder is opened or touched. Its
+    run_config.json predates W8_SPLIT and W8_HELDOUT_RULES: those knobs take their defaults (the page split)."""
     env, run_dir = run
     write_arm(run_dir, "frozen", arm([None] * 6))
     write_arm(run_dir, "trained", arm([0, 1, None, 2, 0, 0]))
@@ -86,6 +87,9 @@ def test_a_results_folder_is_redone_from_its_own_files(run, tmp_path):
     folder.mkdir(parents=True)
     for name in ("run_config.json", "frozen_trace.json", "trained_trace.json"):
         (folder / name).write_bytes((run_dir / name).read_bytes())
+    older = json.loads((folder / "run_config.json").read_text())
+    del older["knobs"]["split"], older["knobs"]["heldout_rules"]
+    (folder / "run_config.json").write_text(json.dumps(older))
     row = "| 01_frozen_trace | 12.5 | 900.1 | frozen: gold reached in 0/6 searches |"
     (folder / "summary.md").write_text(f"# old\n\n## wall times\n\n| step | wall s | peak RSS MB | summary |\n"
                                        f"|---|---|---|---|\n{row}\n")
@@ -97,6 +101,7 @@ def test_a_results_folder_is_redone_from_its_own_files(run, tmp_path):
     summary = (folder / "summary.md").read_text()
     assert summary.startswith("# r3 run `r3-compare`") and row in summary.split("## wall times")[1]
     assert "(recorded by the run's own step 05: its step markers are not in this folder)" in summary
+    assert "- split: page (held-out pages" in summary
     result = json.loads((folder / "trace_compare.json").read_text())
     assert result["token_curves"]["trained"]["solved"][-1] == pytest.approx(5 / 6, abs=1e-4)  # p1: 1 of 2 seeds
     assert not (folder / "steps").exists() and not (run_dir / "trace_compare.json").exists()
