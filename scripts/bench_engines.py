@@ -2,6 +2,7 @@
 
     python scripts/bench_engines.py --sft <run>/sft/global_step_9/policy      # the frozen model and an SFT export
     python scripts/bench_engines.py --tasks 2 --budget 0 --engines hf,llamacpp-q8_0  # a quick look
+    python scripts/bench_engines.py --sft <export> --sft-only   # the SFT export's rows alone (hf baseline beside)
 
 Each engine searches the study's held-out tasks (presets/study.env: its token budget, temperature,
 gold threshold, on the page split: an SFT export's node-0 gold there measures recall of its target) with the
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=1, help="refinements per search (nodes = budget + 1)")
     parser.add_argument("--engines", default=",".join(DEFAULT_ENGINES), help=f"comma-separated, of {', '.join(ENGINES)}")
     parser.add_argument("--sft", default="", help="an SFT export (HF folder) searched too, beside the frozen model")
+    parser.add_argument("--sft-only", action="store_true", help="with --sft: the SFT export's rows alone")
     parser.add_argument("--out", default="", help="also write the rows as JSON here")
     parser.add_argument("--one", nargs=2, metavar=("ENGINE", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -108,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.sft and not (Path(args.sft) / "config.json").is_file():
         print(f"error: --sft {args.sft}: not an HF model folder (no config.json)", file=sys.stderr)
         return 2
-    models = ["smollm2-135m"] + ([str(Path(args.sft).resolve())] if args.sft else [])
+    if args.sft_only and not args.sft:
+        print("error: --sft-only needs --sft <export>", file=sys.stderr)
+        return 2
+    models = ([] if args.sft_only else ["smollm2-135m"]) + ([str(Path(args.sft).resolve())] if args.sft else [])
     rows = []
     for model in models:
         for engine in engines:
