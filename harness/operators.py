@@ -269,7 +269,7 @@ class LlamaCppOperator(ChatOperator):
 
     name = "llamacpp"
 
-    def __init__(self, model: str, max_new_tokens: int = 512, temperature: float = 0.0, gguf_type: str = "Q8_0",
+    def __init__(self, model: str, max_new_tokens: int = 512, temperature: float = 0.0, gguf_type: str = "F16",
                  workers: int | None = None):
         super().__init__(max_new_tokens, temperature)
         from transformers import AutoTokenizer
@@ -422,7 +422,7 @@ OPERATORS = ("deterministic", "hf", "ct2", "llamacpp", "vllm", "openai")
 
 def make_operator(name: str, model: str = "", backend: str = "local", max_new_tokens: int = 512,
                   temperature: float = 0.0, base_url: str = "", ct2_compute_type: str = "int8",
-                  gguf_type: str = "Q8_0", workers: int | None = None) -> Operator:
+                  gguf_type: str = "F16", workers: int | None = None) -> Operator:
     """Build an operator by name; "auto" is llamacpp on the local backend and vllm on skyrl."""
     if name == "auto":
         name = "vllm" if backend == "skyrl" else "llamacpp"

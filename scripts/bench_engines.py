@@ -37,8 +37,10 @@ ENGINES = {"hf": {"W8_OPERATOR": "hf"},
            "ct2-float32": {"W8_OPERATOR": "ct2", "W8_CT2_COMPUTE_TYPE": "float32"},
            **{f"llamacpp-{t.lower()}": {"W8_OPERATOR": "llamacpp", "W8_GGUF_TYPE": t, "W8_OPERATOR_WORKERS": "1"}
               for t in ("Q8_0", "Q4_1", "F16")},
-           "llamacpp-q8_0-w": {"W8_OPERATOR": "llamacpp", "W8_GGUF_TYPE": "Q8_0", "W8_OPERATOR_WORKERS": "auto"}}
-DEFAULT_ENGINES = ("hf", "ct2-float32", "llamacpp-q8_0", "llamacpp-q4_1", "llamacpp-f16", "llamacpp-q8_0-w")
+           **{f"llamacpp-{t.lower()}-w": {"W8_OPERATOR": "llamacpp", "W8_GGUF_TYPE": t, "W8_OPERATOR_WORKERS": "auto"}
+              for t in ("Q8_0", "F16")}}
+DEFAULT_ENGINES = ("hf", "ct2-float32", "llamacpp-q8_0", "llamacpp-q4_1", "llamacpp-f16", "llamacpp-q8_0-w",
+                   "llamacpp-f16-w")
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
