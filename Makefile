@@ -45,7 +45,7 @@ setup: $(STAMP) $(CHROMIUM) ## create .venv, install pinned requirements and Deb
 
 # The suite in two parts, split by pytest's `slow` marker (pytest.ini): CI runs both. A test that takes
 # more than a few seconds carries @pytest.mark.slow. Each part ends with its time beside the baseline.
-test: setup ## every test not marked slow: real Chromium, real sandbox, fake-sky launches (~2 min on 2 cores)
+test: setup ## every test not marked slow: real Chromium, real sandbox, fake-sky launches (~3 min on 2 cores)
 	@$(PY) scripts/time_tests.py test -- -q -m "not slow"
 
 test-slow: setup ## the tests marked slow: two-node Ray, SkyRL plans, dry-run plans, real training (~5 min on 2 cores)
@@ -106,14 +106,14 @@ sky-env: $(SKY_STAMP) ## SkyPilot (skypilot[gcp]==0.14.1) in its own tool env .v
 dry-run: setup ## validate a launch offline: knobs, node install spec vs PyPI and SkyRL's uv.lock, sky/r3.yaml via SkyPilot (no ports, host RAM), SkyRL plans for 1/2/4 nodes, IAP config
 	W8_PRESET=$(LAUNCH_PRESET) $(PY) scripts/dry_run.py
 
-smoke: setup ## the whole r3 pipeline locally on tiny knobs, a real model step per stage, six arms (~7 min on 2 cores)
+smoke: setup ## the whole r3 pipeline locally on tiny knobs, a real model step per stage, six arms (~5 min on 2 cores)
 	@$(RUN_ID_TO_ENV); export W8_PRESET=smoke W8_RESULTS_ROOT=$${W8_RESULTS_ROOT:-.w8-biayn/smoke-results}; \
 	W8_RUN_ID=$${W8_RUN_ID:-smoke-$$(date -u +%Y%m%d-%H%M%S)} bash scripts/run_r3.sh
 
-local: setup ## the whole r3 pipeline on the embedded model with CPU defaults -> results/<run-id>/ (~13 min on 2 cores)
+local: setup ## the whole r3 pipeline on the embedded model with CPU defaults -> results/<run-id>/ (~9 min on 2 cores)
 	@$(RUN_ID_TO_ENV); W8_PRESET=local bash scripts/run_r3.sh
 
-study: setup ## the CPU study of the search on the rule split: 32 held-out tasks x 6 arms at a budget of 8 (~3 h, 2 cores) -> results/<run-id>/
+study: setup ## the CPU study of the search on the rule split: 32 held-out tasks x 6 arms at a budget of 8 (~2 h, 2 cores) -> results/<run-id>/
 	@$(RUN_ID_TO_ENV); W8_PRESET=study bash scripts/run_r3.sh
 
 launch: ## dry-run, then sky launch -c w8-biayn-r3 -y --down sky/r3.yaml (presets/gcp.env), output kept in .w8-biayn/logs/; a failed or interrupted launch is torn down (docs/gpu-launch.md)
