@@ -48,7 +48,7 @@ setup: $(STAMP) $(CHROMIUM) ## create .venv, install pinned requirements and Deb
 test: setup ## every test not marked slow: real Chromium, real sandbox, fake-sky launches (~3 min on 2 cores)
 	@$(PY) scripts/time_tests.py test -- -q -m "not slow"
 
-test-slow: setup ## the tests marked slow: two-node Ray, SkyRL plans, dry-run plans, real training (~5 min on 2 cores)
+test-slow: setup ## the tests marked slow: two-node Ray, SkyRL plans, dry-run plans, real training (~6 min on 2 cores)
 	@$(PY) scripts/time_tests.py test-slow -- -q -m slow
 
 # ---- benchmark ------------------------------------------------------------
