@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.dataset import is_balanced, min_class_count
-from harness.files import atomic_path
-from harness.search import load_trace, steps_to_first_gold, write_json
+from harness.files import atomic_path, atomic_write_json
+from harness.search import load_trace, steps_to_first_gold
 from harness.search_stats import (CURVE_RESAMPLES, budget_curve, first_gold_both, refinement_stats, search_ledger,
                                   token_curve)
 from harness.stats import BOOTSTRAP_SEED, paired_measure, percentile
@@ -426,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     out = Path(args.out)
-    write_json(out / "trace_compare.json", result)
+    atomic_write_json(out / "trace_compare.json", result, indent=1)
     plot_arms(arms, out / "trace.png")
     for c in result["comparisons"]:
         print(f"{c['a']} vs {c['b']} over {c['n_tasks']} tasks: {c['verdict']}; shrunk {'yes' if c['shrunk'] else 'no'}")

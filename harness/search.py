@@ -391,13 +391,6 @@ def load_trace(path: str | Path) -> dict[str, Any]:
     return data["trace"] if "trace" in data and "nodes" not in data else data
 
 
-def write_json(path: str | Path, data: Any) -> None:
-    """JSON to `path` atomically (temp file, then rename)."""
-    atomic_write_json(path, data, indent=1)
-
-
-# ---- CLI ----------------------------------------------------------------------------
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness.search", description="Run (or resume) one harness search.")
     p.add_argument("--task-seed", dest="trace_task_seed", default=None, help="alias of --trace-task-seed")
@@ -417,18 +410,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = load_config_or_exit(argv, parser=parser)
     try:
-        task = make_task(args.task_split, cfg.trace_task_seed, cfg.trace_examples_per_obs, design=Design.of(cfg))
+        design = Design.of(cfg)  # the split design (W8_SPLIT, W8_HELDOUT_RULES)
+        task = make_task(args.task_split, cfg.trace_task_seed, cfg.trace_examples_per_obs, design=design)
         operator = operator_from_config(cfg)
     except (DatasetError, OperatorError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    name = task.task_id.replace("/", "_")
-    out = Path(args.out or WORK_DIR / "search" / f"{name}-{operator.name}.json")
+    out = Path(args.out or WORK_DIR / "search" / f"{task.task_id.replace('/', '_')}-{operator.name}.json")
     state = Path(args.state or f"{out}.state.json")
-    if args.fresh and state.exists():
-        state.unlink()
+    if args.fresh:
+        state.unlink(missing_ok=True)
     try:
-        held = heldout_examples(task.obs_id, design=Design.of(cfg)) if args.task_split == "heldout" else None
+        held = heldout_examples(task.obs_id, design=design) if args.task_split == "heldout" else None
     except DatasetError:
         held = None
     print(f"task {task.task_id} ({len(task.examples)} examples, hash {task.examples_hash}), "
@@ -442,7 +435,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         operator.close()
     data = trace.to_trace()
-    write_json(out, data)
+    atomic_write_json(out, data, indent=1)
     steps = data["steps_to_first_gold"]
     print(f"steps_to_first_gold {steps if steps is not None else 'not reached'} | nodes {data['n_nodes']} | "
           f"best reward {data['best_reward']:.3f} | tokens {data['tokens']['total']} | "
