@@ -233,6 +233,22 @@ KNOBS: tuple[Knob, ...] = (
     _knob("matched_max_iterations", int, 64, "hard cap on the frozen_matched arm's budget (the frozen budget plus the "
           "trained arms' training generations per held-out task); a larger one is refused before any model loads",
           _int_range(0, 1000)),
+    _knob("curriculum", str, "auto", "the training arms' train tasks: auto (repair under W8_SPLIT=rule, none under "
+          "page) | none (the split's train tasks) | repair (repair tasks: a parent below gold plus the rule that fixes "
+          "it; harness/repair.py)", _choice("auto", "none", "repair")),
+    _knob("repair_families", int, 24, "synthetic rule families of the train repair tasks (verbs + a predicate on the "
+          "target element's line)", _int_range(1, 200)),
+    _knob("repair_tasks_per_family", int, 96, "train repair tasks per family (synthetic and real)", _int_range(1, 10000)),
+    _knob("repair_madeup_share", float, 0.6, "share of synthetic families whose property is made up (written onto "
+          "some element lines, a name varying per task): at least 0.5, so the answer is copied, not remembered",
+          ((lambda v: 0.5 <= v <= 1.0), "a number in [0.5, 1]")),
+    _knob("repair_heldin_families", int, 10, "synthetic families of the held-in repair benchmark (held-out pages, "
+          "names, roles and properties no train family uses)", _int_range(1, 64)),
+    _knob("repair_heldin_tasks_per_family", int, 8, "held-in repair tasks per family", _int_range(1, 1000)),
+    _knob("repair_budget", int, 2, "refinements per search of the held-in repair benchmark (node 0 is the parent)",
+          _int_range(1, 64)),
+    _knob("repair_seed", int, 0, "seed of the repair-task generator (families, made-up names, example draws)",
+          _int_range(0)),
     _knob("sandbox", str, "auto", "where model code runs: auto (daytona if DAYTONA_API_KEY) | local | daytona",
           _choice("auto", "local", "daytona")),
     _knob("sandbox_timeout_s", float, 2.0, "wall-time limit for one program on one task", _positive()),
