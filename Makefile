@@ -59,17 +59,17 @@ benchmark-report: setup ## label balance, per-type stats, oracle accuracy, trivi
 	$(PY) scripts/benchmark_report.py
 
 bench-harvest: setup ## harvest throughput vs BrowserGym's plain reset+step loop
-	$(PY) scripts/bench_harvest.py
+	$(PY) scripts/bench/bench_harvest.py
 
 # ---- harness core ---------------------------------------------------------
 search: setup ## one Thompson-sampling search, watched node by node (deterministic operator, task seed 7)
 	$(PY) -m harness.search --operator deterministic --task-seed $${W8_TRACE_TASK_SEED:-7}
 
 bench-search: setup ## a 17-node deterministic search: wall time vs bare sandbox and in-process baselines
-	$(PY) scripts/bench_search.py
+	$(PY) scripts/bench/bench_search.py
 
 bench-sandbox: setup ## sandboxed programs/s vs a fresh interpreter per program and in-process exec
-	$(PY) scripts/bench_sandbox.py
+	$(PY) scripts/bench/bench_sandbox.py
 
 # ---- pipeline (r3) --------------------------------------------------------
 # SkyPilot lives in its own tool env: skypilot[gcp]==0.14.1 pins click/opentelemetry below what .venv needs.

@@ -152,7 +152,7 @@ KNOBS: tuple[Knob, ...] = (
           "(CTranslate2, CPU) | llamacpp (llama.cpp workers, CPU) | vllm | openai",
           _choice("auto", "deterministic", "hf", "ct2", "llamacpp", "vllm", "openai")),
     _knob("gguf_type", str, "F16", "weights of the llamacpp operator's GGUF: F16 | Q8_0 | Q4_1 (the shipped base's "
-          "own) | F32 (scripts/bench_engines.py chose F16: hf's quality, Q8_0's speed)", _choice("Q8_0", "Q4_1", "F16", "F32")),
+          "own) | F32 (scripts/bench/bench_engines.py chose F16: hf's quality, Q8_0's speed)", _choice("Q8_0", "Q4_1", "F16", "F32")),
     _knob("operator_workers", _optional(int), None, "llamacpp worker processes of one thread each (auto: every "
           "core this process may use); a node's program does not depend on it", _workers()),
     _knob("ct2_compute_type", str, "int8", "weights of the ct2 operator's CTranslate2 copy: int8 | int8_float32 | float32",

@@ -3,7 +3,7 @@
     from harness.ct2 import ct2_model_dir
     path = ct2_model_dir("/path/to/hf/model", "int8")   # <cache>/<name>-<key>-int8, converted if absent
 
-CTranslate2 (an inference engine for CPUs; `scripts/bench_engines.py` measures it against the hf
+CTranslate2 (an inference engine for CPUs; `scripts/bench/bench_engines.py` measures it against the hf
 operator) runs its own model format, converted from an HF directory by its TransformersConverter
 (~10 s for the 135M model). The copy's folder name carries a key of what it was converted from
 (the source's path, config.json and the size and mtime of each weight file): a retrained export

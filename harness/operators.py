@@ -152,7 +152,7 @@ class HFOperator(ChatOperator):
                                 "export, rerun its step with the same W8_RUN_ID") from None
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.padded = self.device != "cpu"  # one padded generate per round (scripts/bench_batch.py measures both)
+        self.padded = self.device != "cpu"  # one padded generate per round (scripts/bench/bench_batch.py measures both)
 
     def sampling(self) -> dict[str, Any]:
         """The generate() arguments of the decoding: greedy at temperature 0, else plain sampling."""
@@ -169,7 +169,7 @@ class HFOperator(ChatOperator):
 
     def complete_batch(self, batch: list[list[dict[str, str]]], seeds: list[int]) -> list[Generation]:
         """One padded generate for the round on a GPU; on a CPU one request at a time: a padded batch of 6
-        ran 0.93x one-by-one there (scripts/bench_batch.py, 2 cores), and a batch waits for its longest answer."""
+        ran 0.93x one-by-one there (scripts/bench/bench_batch.py, 2 cores), and a batch waits for its longest answer."""
         if not self.padded and len(batch) > 1:
             return [g for messages, seed in zip(batch, seeds) for g in self.complete_batch([messages], [seed])]
         import torch
@@ -195,7 +195,7 @@ class HFOperator(ChatOperator):
 class CT2Operator(ChatOperator):
     """CTranslate2 (harness.ct2: the HF model converted once, int8 by default) + the HF tokenizer's chat template.
 
-    For the CPU: on 2 cores it decodes faster than the hf operator's float32 torch (scripts/bench_engines.py).
+    For the CPU: on 2 cores it decodes faster than the hf operator's float32 torch (scripts/bench/bench_engines.py).
     Every request gets its own ctranslate2.Generator (~0.1 s to build from the converted folder): CTranslate2
     seeds a thread's random generator once, at its first use (src/random.cc: a thread_local std::mt19937
     from the seed set last), so only a fresh worker thread honours ctranslate2.set_random_seed. An answer

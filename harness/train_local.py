@@ -51,7 +51,7 @@ class TrainResult:
 # float32 on this repo's 2-core test machine): a step then takes minutes instead of seconds.
 # The hyperparameters are harness.hparams.LOCAL, passed in by the caller.
 # Gradient checkpointing is on by default: activations are recomputed in the backward pass instead of
-# kept, which cuts a step's peak memory for some extra compute (scripts/bench_memory.py measures both;
+# kept, which cuts a step's peak memory for some extra compute (scripts/bench/bench_memory.py measures both;
 # TRL turns it off while GRPO generates, so sampling keeps its KV cache).
 
 

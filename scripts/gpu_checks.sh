@@ -15,8 +15,8 @@
 #               resolve_model("smollm2-135m") finds the embedded model (.w8-biayn/models/).
 # Checks (exit status and wall time of each, then its closing line):
 #   1. step 01 of the study preset (its search budget) on CUDA, the hf operator, 4 held-out tasks;
-#   2. scripts/bench_batch.py on CUDA: padded rounds vs one by one;
-#   3. one GRPO step of the embedded trainer on CUDA (scripts/bench_grpo.py), the group in one generate
+#   2. scripts/bench/bench_batch.py on CUDA: padded rounds vs one by one;
+#   3. one GRPO step of the embedded trainer on CUDA (scripts/bench/bench_grpo.py), the group in one generate
 #      call (its metrics.json: generate_calls, generate_batch_sizes).
 # Figures go to $OUT (default .w8-biayn/gpu-checks/): one log per check and summary.txt.
 set -uo pipefail
@@ -59,9 +59,9 @@ export W8_OPERATOR=hf W8_SANDBOX=local W8_RESULTS_ROOT="$OUT/results"
 check study_step01 240 "step 01 of the study, 16 tasks at budget 0: 565 s (2 cores, 2026-12-04); H200 once: 61 s" \
   env W8_PRESET=study W8_TRACE_TASKS=4 W8_RUN_ID="gpu-study-$(date -u +%H%M%S)" "$PY" scripts/01_frozen_trace.py
 check bench_batch 120 "2 cores: padded 0.71x, rounds 1.01x of one by one; H200 once: padded 7.2 s vs one by one 54.6 s (7.6x), 8 searches" \
-  "$PY" scripts/bench_batch.py --tasks 4 --seeds 2 --max-new-tokens 160
+  "$PY" scripts/bench/bench_batch.py --tasks 4 --seeds 2 --max-new-tokens 160
 check grpo_step 200 "2 cores: ~210 s a GRPO step (group of 4); H200 once: 37.7 s with the GPU idle most of it" \
-  "$PY" scripts/bench_grpo.py --sft-steps 2 --grpo-steps 1 --eval-prompts 1 --eval-samples 1 --out "$OUT/grpo"
+  "$PY" scripts/bench/bench_grpo.py --sft-steps 2 --grpo-steps 1 --eval-prompts 1 --eval-samples 1 --out "$OUT/grpo"
 grep -h '"generate_calls"\|"generate_batch_sizes"' -A1 "$OUT"/grpo/*/metrics.json 2>/dev/null | tr -d ' \n' \
   | sed 's/^/grpo generate calls: /' | tee -a "$SUMMARY"; echo
 say "logs and figures: $OUT"

@@ -1,7 +1,7 @@
 """Benchmark: an arm's searches batched in rounds vs the same searches one by one (embedded model, hf operator).
 
-    python scripts/bench_batch.py                                # 3 tasks x 2 seeds, budget 1, 160-token answers
-    python scripts/bench_batch.py --tasks 2 --seeds 1 --max-new-tokens 64   # a quick look
+    python scripts/bench/bench_batch.py                                # 3 tasks x 2 seeds, budget 1, 160-token answers
+    python scripts/bench/bench_batch.py --tasks 2 --seeds 1 --max-new-tokens 64   # a quick look
 
 The same (task, seed) searches (harness.traces.search_specs, presets/local.env otherwise)
 run three ways with one loaded model: padded (harness.search.run_searches in rounds, every
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.config import load_config  # noqa: E402
 from harness.operators import operator_from_config  # noqa: E402

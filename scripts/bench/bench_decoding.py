@@ -1,8 +1,8 @@
 """Measure what the search's sampling temperature does to a model's answers (the W8_OPERATOR_TEMPERATURE choice).
 
-    python scripts/bench_decoding.py                                   # the frozen embedded model
-    python scripts/bench_decoding.py --model .w8-biayn/runs/<id>/sft/global_step_16/policy   # an SFT export
-    python scripts/bench_decoding.py --temperatures 0.3,0.7 --samples 4 --tasks 1              # a quick look
+    python scripts/bench/bench_decoding.py                                   # the frozen embedded model
+    python scripts/bench/bench_decoding.py --model .w8-biayn/runs/<id>/sft/global_step_16/policy   # an SFT export
+    python scripts/bench/bench_decoding.py --temperatures 0.3,0.7 --samples 4 --tasks 1              # a quick look
 
 For each temperature, `--samples` answers per zero-shot prompt (node 0 of a search) of
 `--tasks` held-out trace tasks, in one batch per task (the hf operator, the run's token
@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.config import load_config  # noqa: E402
 from harness.operators import HFOperator, Request  # noqa: E402

@@ -1,8 +1,8 @@
 """Benchmark: the search's own generations with the hf operator against CTranslate2 and llama.cpp, side by side.
 
-    python scripts/bench_engines.py --sft <run>/sft/global_step_9/policy      # the frozen model and an SFT export
-    python scripts/bench_engines.py --tasks 2 --budget 0 --engines hf,llamacpp-q8_0  # a quick look
-    python scripts/bench_engines.py --sft <export> --sft-only   # the SFT export's rows alone (hf baseline beside)
+    python scripts/bench/bench_engines.py --sft <run>/sft/global_step_9/policy      # the frozen model and an SFT export
+    python scripts/bench/bench_engines.py --tasks 2 --budget 0 --engines hf,llamacpp-q8_0  # a quick look
+    python scripts/bench/bench_engines.py --sft <export> --sft-only   # the SFT export's rows alone (hf baseline beside)
 
 Each engine searches the study's held-out tasks (presets/study.env: its token budget, temperature,
 gold threshold, on the page split: an SFT export's node-0 gold there measures recall of its target) with the
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 ENGINES = {"hf": {"W8_OPERATOR": "hf"},
            "ct2-int8": {"W8_OPERATOR": "ct2", "W8_CT2_COMPUTE_TYPE": "int8"},

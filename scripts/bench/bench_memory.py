@@ -1,7 +1,7 @@
 """Peak memory of the embedded trainers, gradient checkpointing off (the baseline) and on, side by side.
 
-    python scripts/bench_memory.py                 # SFT and GRPO at `make local`'s knobs (~10 min, 2 idle cores)
-    python scripts/bench_memory.py --steps 2       # more steps per training (the peak is set by the first)
+    python scripts/bench/bench_memory.py                 # SFT and GRPO at `make local`'s knobs (~10 min, 2 idle cores)
+    python scripts/bench/bench_memory.py --steps 2       # more steps per training (the peak is set by the first)
 
 Each training runs in its own process, so each peak is its own: harness.pipeline.peak_rss_mb, the
 figure a run's step markers record (the process or any child it waited for, the sandbox included).
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.files import WORK_DIR  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Sandbox throughput: programs scored per second on one 24-example task, with baselines.
 
-    .venv/bin/python scripts/bench_sandbox.py                 # about 10 s
-    .venv/bin/python scripts/bench_sandbox.py --programs 300  # quicker
+    .venv/bin/python scripts/bench/bench_sandbox.py                 # about 10 s
+    .venv/bin/python scripts/bench/bench_sandbox.py --programs 300  # quicker
 
 Runs a typical model-written harness (PROGRAM below: a regex over the
 action, a lookup of the bid's line in the state, a few rules) on the held-out
@@ -19,7 +19,7 @@ Every mode must reproduce the in-process predictions; the script says so.
 Load average and CPU time per program are printed too: on a shared machine
 the wall numbers move with what else runs, CPU ms per program much less.
 To measure ahead of other work on a busy machine (seconds, as root):
-`chrt -f 10 .venv/bin/python scripts/bench_sandbox.py`.
+`chrt -f 10 .venv/bin/python scripts/bench/bench_sandbox.py`.
 Ends with a one-line summary.
 """
 
@@ -35,7 +35,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness import sandbox  # noqa: E402
 from harness.dataset import make_task  # noqa: E402

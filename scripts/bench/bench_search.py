@@ -1,6 +1,6 @@
 """Benchmark: wall time of a 17-node search with the deterministic operator (target: under 2 s).
 
-    .venv/bin/python scripts/bench_search.py            # default: task seeds from 0, 16 refinements
+    .venv/bin/python scripts/bench/bench_search.py            # default: task seeds from 0, 16 refinements
 
 A full budget needs a search that does not stop early, so the gold threshold is 1.0 and
 the first task seed whose search uses all 17 nodes (gold at node 16 or never) is timed. Printed with context:
@@ -20,7 +20,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from harness.config import load_config  # noqa: E402
 from harness.dataset import make_task  # noqa: E402

@@ -1,8 +1,8 @@
 """How much headroom does a warm-start leave GRPO? Node-0 gold rate on held-out tasks after k SFT steps.
 
-    python scripts/bench_warmstart.py --rules                       # no model: the SFT target with one rule left out
-    python scripts/bench_warmstart.py --sft-steps 4,6,8 --tasks 16  # SmolLM2 after 4, 6, 8 SFT steps (~15 min)
-    python scripts/bench_warmstart.py --sft-steps 1 --tasks 2       # tiny CPU variant
+    python scripts/bench/bench_warmstart.py --rules                       # no model: the SFT target with one rule left out
+    python scripts/bench/bench_warmstart.py --sft-steps 4,6,8 --tasks 16  # SmolLM2 after 4, 6, 8 SFT steps (~15 min)
+    python scripts/bench/bench_warmstart.py --sft-steps 1 --tasks 2       # tiny CPU variant
 
 GRPO can only show an effect where the warm-started model is not already gold at node 0 on
 every task (the committed CPU runs of the 16-step warm-start were). Two ways to leave room,
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness.config import add_flags, load_config_or_exit  # noqa: E402
 from harness.files import WORK_DIR  # noqa: E402
