@@ -53,3 +53,11 @@ def test_every_make_target_has_a_help_line():
     help_text = subprocess.run(["make", "help"], cwd=REPO, capture_output=True, text=True).stdout
     for target in ("dry-run", "smoke", "local", "launch", "watch", "results", "down", "doctor", "sky-env"):
         assert re.search(rf"^\s+{target}\s+\S", help_text, re.M), target
+
+
+def test_the_guide_points_to_the_module_map_and_its_links_resolve():
+    text = GUIDE.read_text()
+    assert "](docs/layout.md)" in text, "AGENTS.md must point to the module map, docs/layout.md"
+    assert "layout section" not in text, "the README has no layout section: point to docs/layout.md"
+    linked = re.findall(r"\]\(([\w./-]+\.md)(?:#[\w-]+)?\)", text)
+    assert [path for path in linked if not (REPO / path).is_file()] == []

@@ -1,15 +1,18 @@
 """The README's front matter stays true: its commands come first and exist, its docs exist, the knob table
 in docs/knobs.md is the config's."""
 
+import json
 import re
 import subprocess
 from pathlib import Path
 
-from harness.config import OTHER_ENV, knob_table_markdown
+from harness.config import OTHER_ENV, knob_table_markdown, read_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 OTHERS_DOCS = {"docs/gpu-launch.md"}  # written by the GPU-launch work; linked from here before it lands
+FIRST_SCREEN = "\n".join(README.splitlines()[:40])
+STUDY = ROOT / "results" / "study-rule-b8-20261207"
 
 
 def test_knob_table_matches_config():
@@ -49,3 +52,49 @@ def test_make_help_gives_the_readme_times():
 
 def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_first_screen_cites_states_the_result_and_shows_the_gcp_path():
+    prose = " ".join(FIRST_SCREEN.split())
+    for cited in ("AutoHarness (Lou et al., Google DeepMind, 2026)", "REx (Tang et al., 2024",
+                  "MiniWoB++", "BrowserGym", "The pipeline is named r3"):
+        assert cited in prose, cited
+    assert "](docs/results-so-far.md)" in FIRST_SCREEN
+    for command in ("make doctor", "make dry-run", "make launch", "make watch", "make down"):
+        line = next((l for l in FIRST_SCREEN.splitlines() if l.startswith(command)), None)
+        assert line and "#" in line, f"{command}: a line of its own in the first 40 lines, with what it costs"
+
+
+def test_the_first_screen_result_is_the_rule_split_study_s():
+    """The three result lines quote the committed study's split check, so a redone study cannot leave them stale."""
+    check = json.loads((STUDY / "split_check.json").read_text())
+    needs_rule = check["restricted_below_gold"]
+    in_one = sum(row["rule_operator_steps"] == 1 for row in check["rows"])
+    assert f"the {needs_rule} held-out tasks that need a held-out rule" in FIRST_SCREEN
+    assert f"solves {in_one} of {check['n_heldout']} in one refinement" in FIRST_SCREEN
+    assert f"`results/{STUDY.name}/`" in FIRST_SCREEN
+
+
+def test_the_gcp_preset_s_search_count_is_its_knobs():
+    knobs = read_preset("gcp")
+    searches = int(knobs["W8_TRACE_TASKS"]) * int(knobs["W8_TRACE_SEEDS"])
+    preset_text = (ROOT / "presets" / "gcp.env").read_text()
+    assert re.findall(r"= (\d+) searches per arm", preset_text) == [str(searches)]
+    docs = {name: (ROOT / "docs" / name).read_text() for name in ("reading-results.md", "results-so-far.md")}
+    assert f"`W8_TRACE_TASKS={knobs['W8_TRACE_TASKS']}` x {knobs['W8_TRACE_SEEDS']} seeds = {searches} searches" \
+        in docs["reading-results.md"]
+    for name, text in docs.items():
+        for tasks in re.findall(r"GCP preset's (\d+) (?:trace )?tasks", text):
+            assert tasks == knobs["W8_TRACE_TASKS"], (name, tasks)
+    assert f"{knobs['W8_TRACE_TASKS']} held-out tasks x {knobs['W8_TRACE_SEEDS']} seeds = {searches} searches per arm" \
+        in docs["results-so-far.md"].replace("\n", " ")
+
+
+def test_the_dry_run_time_is_one_figure_everywhere():
+    """The one measured dry-run time (README's first screen) is the one each page that times the dry-run quotes."""
+    figure = re.search(r"^make dry-run .*?(\d+ s) here", README, re.M).group(1)
+    assert re.search(rf"^\| `make dry-run` \| {figure} ", README, re.M), "the README's times table"
+    measured = (ROOT / "docs" / "measurements.md").read_text()
+    assert re.search(rf"^\| `make dry-run` \|[^|]*\| \*\*{figure}\*\*", measured, re.M), "docs/measurements.md's row"
+    for name in ("AGENTS.md", "docs/pipeline.md", "docs/gpu-launch.md"):
+        assert figure in (ROOT / name).read_text(), (name, figure)
