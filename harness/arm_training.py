@@ -24,7 +24,11 @@ The programs an arm trains on are in <run>/<arm>_programs.jsonl, one row per tra
 text, where it came from (harvest, task id, page, task seed, node) and the reward the search gave it; step
 03 lists it among its outputs, so it is copied into results/<run-id>/ with the other small artifacts.
 
-The drivers of these steps live in scripts/03_grpo.py; this module holds what they share.
+Every arm step 03 trains has its training function here, in TRAININGS under the name its row of
+harness/arms.py gives (`training`): it gets the knobs, the run folder and step 03's trainers on the
+run's backend (Trainers: GRPO and a fine-tune), trains into the arm's folder and returns a Trained
+(the model its last training started from, or None with a status when there was nothing to train on).
+Step 03 (scripts/03_grpo.py) calls them in the table's order and finishes each (metrics file, marker).
 """
 
 from __future__ import annotations
@@ -37,10 +41,12 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from harness.dataset import Task
+from harness.exports import newest_export
 from harness.files import REPO_ROOT, StorageError, atomic_write_json, read_json
 from harness.harvest import (CONSTANT_BALANCED_ACCURACY, harvest_dir, harvest_file, harvest_line, harvest_numbers,
                              harvest_wall_s, kept_programs, load_harvest, median_reward, refinement_requests)
@@ -249,3 +255,111 @@ def read_self_data(run_dir: Path) -> dict[str, Any] | None:
     path = Path(run_dir) / "self_data.json"
     return read_json(path) if path.is_file() else None
 
+
+
+# ---- the training functions (step 03) ----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Trainers:
+    """Step 03's trainers on the run's backend: grpo(cfg, start model, run_dir, folder, data | None) -> info,
+    sft(cfg, base model, run_dir, folder, data) -> the export's path."""
+    grpo: Callable[..., dict]
+    sft: Callable[..., str]
+
+
+@dataclasses.dataclass
+class Trained:
+    """What an arm's training left: the model its last training started from (None: not trained, `status` says
+    why), the trainer's info, extra outputs (its training programs) and inputs (harvests, data folders)."""
+    model: str | None
+    info: dict[str, Any]
+    outputs: list[str] = dataclasses.field(default_factory=list)
+    inputs: list[str] = dataclasses.field(default_factory=list)
+    status: str = ""
+
+
+def say(text: str) -> None:
+    print(f"[03_grpo] {text}", flush=True)
+
+
+def train_trained(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
+    """trained: GRPO from step 02's SFT export (from the base model when there was no SFT) into <run>/grpo."""
+    sft = newest_export(Path(run_dir) / "sft")
+    model = str(sft) if sft is not None else cfg.harness_model
+    say(f"grpo: start model {model}")
+    return Trained(model, trainers.grpo(cfg, model, run_dir, "grpo", None))
+
+
+def train_grpo_only(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
+    """grpo_only: GRPO from the base model into <run>/grpo_only (what GRPO does without the warm-start)."""
+    say(f"grpo_only: start model {cfg.harness_model}")
+    return Trained(cfg.harness_model, trainers.grpo(cfg, cfg.harness_model, run_dir, "grpo_only", None))
+
+
+def mix_line(mix: dict) -> str:
+    return (f"{mix.get('n_refine', '?')} refinement + {mix.get('n_zero_shot', '?')} zero-shot GRPO rows "
+            f"(share {mix['refine_share']}, pool of {mix['refinement_pool']} refinement requests)")
+
+
+def train_refine(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
+    """refine: the SFT export harvests train pages, then GRPO from it on the mixed prompts."""
+    sft = newest_export(Path(run_dir) / "sft")
+    if sft is None:
+        raise StepError("the refine arm starts from the SFT warm-start: no export under <run>/sft (run step 02)")
+    found = harvest(cfg, run_dir, "refine", str(sft))
+    data, mix, programs = mixed_training_data(cfg, run_dir, "refine", training_data_for(cfg, Path(run_dir) / "data"),
+                                              [found])
+    write_training_programs(run_dir, "refine", programs)
+    say(f"refine: {mix_line(mix)}; its programs -> {programs_file('refine')}")
+    start = time.monotonic()
+    info = trainers.grpo(cfg, str(sft), run_dir, "refine", data)
+    return Trained(str(sft), {**info, "mix": mix, "harvests": [harvest_summary(found)], "start_model": str(sft),
+                              "trainer_wall_s": round(time.monotonic() - start, 1)},
+                   [programs_file("refine")], arm_training_inputs(run_dir, "refine"))
+
+
+def train_self(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
+    """self (no answer key): rounds of harvest -> keep the best -> fine-tune the base on them, then a harvest by
+    the last model and GRPO from it on the mixed prompts; not trained when no round kept a program."""
+    base = cfg.harness_model
+    current = harvest(cfg, run_dir, "self-r1", base)
+    floor = median_reward(current)
+    model, rounds, programs, harvests = base, [], [], [harvest_summary(current)]
+    trainer_s = 0.0  # the fine-tunes' and GRPO's wall time, without the harvests (their own wall_s)
+    for k in range(1, cfg.self_rounds + 1):
+        data, kept = self_round_rows(cfg, run_dir, k, current, floor)
+        rounds.append({"round": k, "harvest": current["name"], "kept": len(kept),
+                       "model": str(Path(model).name if model != base else base)})
+        if data is None:
+            say(f"self round {k}: the harvest kept no program (valid {current['valid_nodes']} of {current['nodes']} "
+                f"nodes, best reward {current['best_reward']}, floor {floor:.3f})")
+            break
+        programs += kept
+        start = time.monotonic()
+        model = trainers.sft(cfg, base, run_dir, f"self_rft{k}", data)
+        trainer_s += time.monotonic() - start
+        current = harvest(cfg, run_dir, f"self-r{k + 1}", model)
+        harvests.append(harvest_summary(current))
+    outputs = [programs_file("self"), "self_data.json"]
+    if model == base:
+        write_self_data(run_dir, "no training data", rounds, programs, floor, harvests)
+        say(f"self: no training data: no harvest program above the base model's median reward {floor:.3f} that "
+            f"beats a constant answer (balanced accuracy above {CONSTANT_BALANCED_ACCURACY}); the self arm is not "
+            "trained")
+        return Trained(None, {"rounds": rounds, "harvests": harvests}, outputs, arm_training_inputs(run_dir, "self"),
+                       status="no training data")
+    data, mix, refinements = mixed_training_data(cfg, run_dir, "self", training_data_for(cfg, Path(run_dir) / "data"),
+                                                 [current], forbid_oracle=True)
+    programs += [{"round": "grpo", **program} for program in refinements]
+    write_self_data(run_dir, "trained", rounds, programs, floor, harvests)
+    say(f"self: {mix_line(mix)}")
+    start = time.monotonic()
+    info = trainers.grpo(cfg, model, run_dir, "self", data)
+    return Trained(model, {**info, "mix": mix, "rounds": rounds, "harvests": harvests, "start_model": model,
+                           "trainer_wall_s": round(trainer_s + time.monotonic() - start, 1)},
+                   outputs, arm_training_inputs(run_dir, "self"))
+
+
+# arm name (harness/arms.py's `training`) -> its training function
+TRAININGS: dict[str, Callable[[Any, Path, Trainers], Trained]] = {
+    "trained": train_trained, "grpo_only": train_grpo_only, "refine": train_refine, "self": train_self}

@@ -26,31 +26,16 @@ import math
 from pathlib import Path
 from typing import Any
 
+from harness.arms import ARMS, BY_NAME, planned
 from harness.config import ConfigError
 from harness.hparams import for_config
 from harness.prompts import MAX_FAILURES, build_refine_prompt, state_excerpt
 from harness.rewards import Failure
 
-# arm -> what trains it (for the ledger and the plan)
-TRAINED_BY = {"sft": "oracle SFT", "trained": "oracle SFT + GRPO", "grpo_only": "GRPO",
-              "refine": "oracle SFT + harvest + GRPO on mixed prompts",
-              "self": "harvests + rejection-sampling fine-tuning + GRPO on mixed prompts"}
-
 
 def planned_arms(cfg: Any) -> list[str]:
-    """The arms a run with these knobs compares: frozen and frozen_matched (the frozen operator at the trained
-    arm's compute, cut from the same searches), sft, trained, and the opt-in grpo_only, refine and self."""
-    arms = ["frozen", "frozen_matched"] if cfg.frozen_matched_arm else ["frozen"]
-    if cfg.harness_sft_steps > 0:
-        arms.append("sft")
-    arms.append("trained")
-    if cfg.grpo_only_arm and cfg.harness_sft_steps > 0:
-        arms.append("grpo_only")
-    if cfg.refine_arm:
-        arms.append("refine")
-    if cfg.self_arm:
-        arms.append("self")
-    return arms
+    """The arms a run with these knobs compares, in the order of harness.arms's table (each row's `planned`)."""
+    return [a.name for a in planned(cfg)]
 
 
 def grpo_generations(cfg: Any) -> int:
@@ -69,18 +54,12 @@ def harvest_generations(cfg: Any) -> int:
     return cfg.harvest_tasks * (cfg.harvest_max_iterations + 1)
 
 
-def self_harvests(cfg: Any) -> int:
-    """Harvests of the self arm: one per round (base model, then each round's model), and one by the last
-    round's model for its refinement prompts."""
-    return cfg.self_rounds + 1
-
-
 def planned_training_generations(cfg: Any, arms: list[str]) -> dict[str, int]:
-    """Per post-training arm, the operator generations its training spends at most."""
+    """Per post-training arm, the operator generations its training spends at most: its harvests' searches
+    and its GRPO samples (the arms table's `harvests` and `grpo`)."""
     grpo, harvest = grpo_generations(cfg), harvest_generations(cfg)
-    plan = {"sft": 0, "trained": grpo, "grpo_only": grpo, "refine": harvest + grpo,
-            "self": self_harvests(cfg) * harvest + grpo}
-    return {arm: plan[arm] for arm in arms if arm in plan}
+    return {a.name: a.harvests(cfg) * harvest + (grpo if a.grpo else 0) for a in ARMS
+            if a.name in arms and a.trained_by != "-"}
 
 
 def matched_budget(budget: int, generations: int, n_tasks: int) -> int:
@@ -126,7 +105,8 @@ def arm_plan(cfg: Any, arms: list[str]) -> dict[str, dict[str, Any]]:
     for arm in arms:
         budget = matched.get("trained", cfg.trace_max_iterations) if arm == "frozen_matched" else cfg.trace_max_iterations
         plan[arm] = {"budget": budget, "max_search_nodes": searches * (budget + 1),
-                     "training_generations": gens.get(arm, 0), "trained_by": TRAINED_BY.get(arm, "-")}
+                     "training_generations": gens.get(arm, 0),
+                     "trained_by": BY_NAME[arm].trained_by if arm in BY_NAME else "-"}
         if arm in matched:
             plan[arm]["frozen_budget_at_equal_compute"] = matched[arm]
     return plan
@@ -172,8 +152,8 @@ def worst_refine_prompt_tokens(tasks: list[Any], max_new_tokens: int) -> int:
 def check_refine_fits(cfg: Any, tasks: list[Any]) -> None:
     """Refuse, in one line, a token budget whose refinement prompt (parent + failures) and answer overflow the
     model's context: the parent's failures would be cut out of the prompt the search depends on."""
-    if cfg.trace_max_iterations == 0 and not (cfg.refine_arm or cfg.self_arm):
-        return  # no refinement is ever asked
+    if cfg.trace_max_iterations == 0 and not any(a.harvests(cfg) for a in planned(cfg)):
+        return  # no refinement is ever asked (a harvest's searches refine)
     context = model_context(cfg.harness_model)
     if context is None:
         return

@@ -39,26 +39,25 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from harness.arms import BY_NAME, colour, comparisons
 from harness.dataset import is_balanced, min_class_count
-from harness.files import atomic_path, atomic_write_json
+from harness.files import atomic_write_json
+from harness.plots import LINE_STYLES, fit_y, save, titled
 from harness.search import load_trace, steps_to_first_gold
 from harness.search_stats import (CURVE_RESAMPLES, budget_curve, first_gold_both, refinement_stats, search_ledger,
                                   token_curve)
-from harness.stats import BOOTSTRAP_SEED, paired_measure, percentile
+from harness.stats import BOOTSTRAP_SEED, p_text, paired_measure, percentile
 
 COMPARE_VERSION = 4
 TASK_FIELDS = ("task_id", "split", "seed", "obs_id", "examples_per_obs", "examples_hash")
 KNOB_FIELDS = ("gold_threshold", "reward_recall_weight", "search_c", "sandbox_timeout_s")
 # frozen's cuts at other budgets (harness.traces.frozen_budgets): the one knob they may differ in is the budget
-VARIABLE_BUDGET_ARMS = ("frozen_matched",)
+VARIABLE_BUDGET_ARMS = tuple(name for name, a in BY_NAME.items() if a.cut_from)
 # How the operator decodes: every arm must match (the model is the one thing that differs).
 DECODING_FIELDS = ("name", "max_new_tokens", "temperature", "dtype", "generation_config", "do_sample", "top_p",
                    "top_k")
-# (A, B): is A better than B? trained vs sft is what GRPO added on top of SFT.
-COMPARISONS = (("trained", "frozen"), ("trained", "frozen_matched"), ("trained", "sft"), ("sft", "frozen"),
-               ("grpo_only", "frozen"), ("trained", "grpo_only"), ("refine", "trained"), ("refine", "sft"),
-               ("refine", "frozen"),
-               ("refine", "frozen_matched"), ("self", "frozen"), ("self", "frozen_matched"), ("self", "trained"))
+# (A, B): is A better than B? From harness/arms.py's table: the headline pairs first, then by arm.
+COMPARISONS = tuple(c.pair for c in comparisons())
 # measure -> (lower is better, what it is)
 MEASURES = {"steps": (True, "mean steps to gold (not reached = budget + 1)"),
             "solved": (False, "share of searches gold within the budget"),
@@ -93,7 +92,7 @@ def _same(field: str, a: Any, b: Any, a_side: str, b_side: str) -> None:
 
 
 def variable_budget(arm: str) -> bool:
-    """frozen_matched and the frozen@<budget> cuts: frozen's own search at another budget."""
+    """frozen_matched and the frozen@<budget> cuts: frozen's own search at another budget (harness.arms: cut_from)."""
     return arm in VARIABLE_BUDGET_ARMS or arm.startswith("frozen@")
 
 
@@ -234,12 +233,12 @@ def verdict(a: str, b: str, measures: dict[str, dict[str, Any]]) -> str:
         n = m["n_tasks"]
         if m["verdict"] in ("better", "worse"):
             parts.append(f"{a} is {m['verdict']} than {b} in {label} ({m['mean_a']:.3g} vs {m['mean_b']:.3g}, "
-                         f"Wilcoxon p = {m['wilcoxon_p']:.3g}, n = {n} tasks)")
+                         f"Wilcoxon {p_text(m['wilcoxon_p'])}, n = {n} tasks)")
         else:
             mde = "" if m["mde80"] is None else f"; a difference of {m['mde80']:.2g}{' ' + unit if unit else ''} " \
                                                 "would have been found with power 0.8"
             parts.append(f"no measurable difference in {label} ({m['mean_a']:.3g} vs {m['mean_b']:.3g}, "
-                         f"Wilcoxon p = {m['wilcoxon_p']:.3g}, n = {n} tasks{mde})")
+                         f"Wilcoxon {p_text(m['wilcoxon_p'])}, n = {n} tasks{mde})")
     return "; ".join(parts)
 
 
@@ -347,64 +346,74 @@ def best_accuracy_by_node(trace: dict[str, Any]) -> list[float]:
 
 
 def solved_by_tokens(traces: list[dict[str, Any]]) -> tuple[list[int], list[float]]:
-    """(token budgets, share of searches gold within that many operator tokens).
-
-    The curve runs to the most tokens any search of the arm spent, solved or not."""
+    """(token budgets, share of searches gold within that many completion tokens: what the operator generated,
+    prompts not counted, as in budget_curves_tokens.png). The curve runs to the most any search of the arm spent."""
     spent, most = [], 0
     for trace in traces:
         first = steps_to_first_gold(trace, trace["knobs"]["gold_threshold"])
-        costs = [node.get("prompt_tokens", 0) + node.get("completion_tokens", 0) for node in trace["nodes"]]
+        costs = [node.get("completion_tokens", 0) for node in trace["nodes"]]
         most = max(most, sum(costs))
         spent.append(sum(costs[: first + 1]) if first is not None else None)
     xs = sorted({0, most, *[s for s in spent if s is not None]})
     return xs, [sum(s is not None and s <= x for s in spent) / len(spent) for x in xs]
 
 
-LINE_STYLES = ("-", "--", ":", "-.")
+def accuracy_band(traces: list[dict[str, Any]], rng: random.Random, resamples: int) -> list[list[float]]:
+    """[mean, 2.5th, 97.5th percentile] of the best-so-far balanced accuracy by node, searches resampled."""
+    curves = [best_accuracy_by_node(t) for t in traces]
+    width = len(curves[0])
+    mean = [sum(c[k] for c in curves) / len(curves) for k in range(width)]
+    boots = [[sum(curves[rng.randrange(len(curves))][k] for _ in curves) / len(curves) for k in range(width)]
+             for _ in range(resamples)]
+    return [mean, *([percentile(sorted(b[k] for b in boots), q) for k in range(width)] for q in (2.5, 97.5))]
 
 
 def plot_arms(arms: dict[str, list[dict[str, Any]]], path: str | Path, resamples: int = 2000) -> Path:
-    """trace.png: solved share by node, mean best-so-far balanced accuracy (bootstrap band), solved share by tokens."""
+    """trace.png (trace_figure)."""
+    return save(trace_figure(arms, resamples), path)
+
+
+def trace_figure(arms: dict[str, list[dict[str, Any]]], resamples: int = 2000):
+    """The figure of trace.png: per search, solved share by node, mean best-so-far balanced accuracy (bootstrap
+    band), solved share by completion tokens; each arm in its colour (harness.arms), one legend right of them."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.2))
     from matplotlib.ticker import MaxNLocator
 
-    rng = random.Random(BOOTSTRAP_SEED)
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.4))
+    rng, names, drawn = random.Random(BOOTSTRAP_SEED), list(arms), {ax: [] for ax in (ax1, ax2, ax3)}
+    ref = next(arms[arm] for arm in arms if not variable_budget(arm))[0]["knobs"]
     for i, (arm, traces) in enumerate(arms.items()):
-        style = {"linestyle": LINE_STYLES[i % len(LINE_STYLES)], "linewidth": 2.4 - 0.5 * (i % 3)}  # overlaps show
+        style = {"linestyle": LINE_STYLES[i % len(LINE_STYLES)], "linewidth": 2.4 - 0.5 * (i % 3),  # overlaps show
+                 "color": colour(arm, names)}
         solved = solved_by_node(traces)
         ax1.step(range(len(solved)), solved, where="post", label=f"{arm} ({len(traces)} searches)", **style)
-        curves = [best_accuracy_by_node(t) for t in traces]
-        mean = [sum(c[k] for c in curves) / len(curves) for k in range(len(curves[0]))]
-        boots = [[sum(curves[rng.randrange(len(curves))][k] for _ in curves) / len(curves) for k in range(len(mean))]
-                 for _ in range(resamples)]
-        lo = [percentile(sorted(b[k] for b in boots), 2.5) for k in range(len(mean))]
-        hi = [percentile(sorted(b[k] for b in boots), 97.5) for k in range(len(mean))]
-        line = ax2.plot(range(len(mean)), mean, marker="o", ms=3, label=arm, **style)[0]
-        ax2.fill_between(range(len(mean)), lo, hi, alpha=0.2, color=line.get_color())
+        mean, lo, hi = accuracy_band(traces, rng, resamples)
+        ax2.plot(range(len(mean)), mean, marker="o", ms=3, **style)
+        ax2.fill_between(range(len(mean)), lo, hi, alpha=0.2, color=style["color"])
         xs, ys = solved_by_tokens(traces)
-        ax3.step(xs, ys, where="post", label=arm, **style)
-    ref = next(arms[arm] for arm in arms if not variable_budget(arm))[0]["knobs"]
+        ax3.step(xs, ys, where="post", **style)
+        drawn[ax1] += solved
+        drawn[ax2] += [*lo, *hi]
+        drawn[ax3] += ys
     ax2.axhline(ref["gold_threshold"], color="gray", linestyle=":", label="gold threshold")
-    for ax, xlabel, ylabel in ((ax1, "node index k (search step)", "share of searches gold by node k"),
-                               (ax2, "node index k", "mean best-so-far balanced accuracy (95% band)"),
-                               (ax3, "operator tokens (prompt + completion)", "share of searches gold")):
+    for ax, title, xlabel, ylabel, also in (
+            (ax1, "Solved by node", "node index k (search step)", "share of searches gold by node k", ()),
+            (ax2, "Best balanced accuracy so far", "node index k", "mean best-so-far balanced accuracy (95% band)",
+             (ref["gold_threshold"],)),
+            (ax3, "Solved by completion tokens", "completion tokens (generated; prompts not counted)",
+             "share of searches gold", ())):
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel, fontsize=9)
-        ax.legend(fontsize=7, loc="lower right")
+        titled(ax, title, fit_y(ax, drawn[ax], also))
     for ax in (ax1, ax2):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    for ax in (ax1, ax3):
-        ax.set_ylim(-0.02, 1.02)
+    handles = [*ax1.get_legend_handles_labels()[0], *ax2.get_legend_handles_labels()[0]]
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    return Path(path)
+    fig.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 0.92), frameon=False)
+    return fig
 
 
 # ---- CLI ----------------------------------------------------------------------------

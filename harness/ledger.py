@@ -31,13 +31,15 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from harness.arms import ARMS, BY_NAME
 from harness.models import ModelError, resolve_model
 from harness.training_data import sft_target_label, training_data_for
 
-TRAINED = ("sft", "trained", "grpo_only", "refine", "self")
-GRPO_METRICS = {"trained": "grpo_metrics.json", "grpo_only": "grpo_only_metrics.json", "refine": "refine_metrics.json",
-                "self": "self_metrics.json"}
-FROM_SFT = ("sft", "trained", "refine")  # the arms that start from step 02's SFT on the answer key
+# from harness/arms.py's table: the trained arms, their GRPO metrics files, and those that start from step 02's SFT
+# on the answer key
+TRAINED = tuple(a.name for a in ARMS if a.trained_by != "-")
+GRPO_METRICS = {a.name: a.metrics for a in ARMS if a.metrics}
+FROM_SFT = tuple(a.name for a in ARMS if a.from_answer_key)
 
 
 def read_metrics(run_dir: Path, name: str) -> dict[str, Any]:
@@ -180,11 +182,21 @@ def self_warm_start(cfg: Any, run_dir: Path) -> dict[str, Any] | None:
             "prompt_tokens": None, "answer_tokens": None, "wall_s": None}
 
 
+def other_warm_start(arm: str) -> dict[str, Any] | None:
+    """An arm of the table that starts from neither the base model, step 02's SFT nor the self rounds: its start
+    as its row gives it, not counted here (None: it starts from the model as shipped)."""
+    row = BY_NAME.get(arm)
+    if row is None or row.trained_by == "-" or row.starts_from.startswith("the model as shipped"):
+        return None
+    return {"kind": "its own start", "on": row.starts_from, "steps": "-", "batch": None, "rows": "-",
+            "prompt_tokens": None, "answer_tokens": None, "wall_s": None}
+
+
 def warm_start(cfg: Any, run_dir: Path, arms: list[str]) -> dict[str, dict[str, Any] | None]:
     """Per arm, the fine-tune it started from before its searches (None: the base model)."""
     sft = sft_warm_start(cfg, run_dir) if any(a in FROM_SFT for a in arms) else None
     own = self_warm_start(cfg, run_dir) if "self" in arms else None
-    return {arm: sft if arm in FROM_SFT else own if arm == "self" else None for arm in arms}
+    return {arm: sft if arm in FROM_SFT else own if arm == "self" else other_warm_start(arm) for arm in arms}
 
 
 # ---- the tables ----------------------------------------------------------------------------------

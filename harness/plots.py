@@ -9,17 +9,22 @@ The curves come from harness.search_stats (budget_curve, token_curve), so the fi
 what trace_compare.json holds. Arms whose curves coincide (frozen, frozen_matched and the frozen@k
 cuts are one search cut at several budgets; an arm that never solves lies on y = 0 like frozen)
 would hide one another: they are drawn as one line whose label names every arm on it with where
-each one ends, and each arm's end is marked on the line. Every other line has its own colour,
-line style and marker, the y-axis leaves room below 0 and above 1 so a line there stays visible,
-and the legend sits outside the axes, right of the data.
+each one ends, each arm over its own stretch in its own colour (narrower on top of wider, so every
+colour shows) with its end marked. Every arm has one colour in every figure (harness.arms), each
+group its own line style and marker; the y-axis shows the data (fit_y: cut to the data's range
+when that is under half of 0-1, with the range shown in the title), and the legend sits outside
+the axes, right of the data. "Tokens" on every axis are completion tokens: what the operator
+generated, prompts not counted.
 """
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
+from harness.arms import colour
 from harness.files import atomic_path
 
 LINE_STYLES = ("-", "--", ":", "-.")
@@ -67,23 +72,43 @@ def group_label(group: list[str], ends: dict[str, str]) -> str:
 
 
 def draw_groups(ax, curves: dict[str, Any], shape, ends: dict[str, str], band: bool) -> None:
-    """One line per group of coinciding arms, each arm's end marked on it."""
+    """One line per group of coinciding arms, each member over its own stretch in its own colour, end marked."""
+    names = list(curves)
     for i, group in enumerate(group_coinciding(curves, shape)):
         xs, series = shape(curves[group[0]])
+        wide = 1.8 + 2.0 * (len(group) - 1)  # the lead under the members: every colour shows
         style = {"linestyle": LINE_STYLES[i % len(LINE_STYLES)], "marker": MARKERS[i % len(MARKERS)],
-                 "markersize": 4, "linewidth": 1.8}
-        line = ax.step(xs, series[0], where="post", label=group_label(group, ends), **style)[0]
+                 "markersize": 4, "linewidth": wide, "color": colour(group[0], names)}
+        ax.step(xs, series[0], where="post", label=group_label(group, ends), **style)
         if band:
-            ax.fill_between(xs, series[1], series[2], step="post", alpha=0.12, color=line.get_color())
-        if len(group) > 1:
-            for j, member in enumerate(group):
-                mx, ms = shape(curves[member])
-                ax.plot([mx[-1]], [ms[0][-1]], linestyle="none", marker=END_MARKERS[j % len(END_MARKERS)],
-                        markersize=11, markeredgewidth=2, color=line.get_color(), label=f"  {member} ends here")
+            ax.fill_between(xs, series[1], series[2], step="post", alpha=0.12, color=style["color"])
+        for j, member in enumerate(group[1:], 1):
+            mx, ms = shape(curves[member])
+            ax.step(mx, ms[0], where="post", color=colour(member, names), linewidth=wide - 2.0 * j,
+                    linestyle=style["linestyle"], marker=END_MARKERS[j % len(END_MARKERS)], markevery=[len(mx) - 1],
+                    markersize=11, markeredgewidth=2, label=f"  {member} ends here")
+
+
+def fit_y(ax, values: Sequence[float], also: Sequence[float] = ()) -> str:
+    """A y-range that shows `values` (shares or accuracies in 0-1): the full 0-1 when they span half of it or more,
+    else their range widened to the next 0.05 steps; '' for the full range, else a note naming the range shown
+    and the full one, for the panel's title."""
+    lo, hi = min([*values, *also]), max([*values, *also])
+    if hi - lo >= 0.5:
+        low, high = 0.0, 1.0
+    else:
+        low = max(0.0, math.floor(lo / 0.05 - 1e-9) * 0.05 - (0.05 if lo > 0 else 0.0))
+        high = min(1.0, math.ceil(hi / 0.05 + 1e-9) * 0.05)
+    pad = 0.05 * (high - low)
+    ax.set_ylim(low - pad, high + pad)  # a line on the range's ends stays visible
+    return "" if (low, high) == (0.0, 1.0) else f"y-axis cut to {low:.2f}-{high:.2f} of the full 0-1"
+
+
+def titled(ax, title: str, note: str) -> None:
+    ax.set_title(title + (f"\n({note})" if note else ""), fontsize=9)
 
 
 def place_legend(ax) -> None:
-    ax.set_ylim(-0.05, 1.05)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
 
 
@@ -115,8 +140,8 @@ def budget_figure(curves: dict[str, dict[str, Any]], budget: int | None = None):
     n = next(iter(curves.values()))["n_tasks"] if curves else 0
     ax.set_xlabel("node index k (0 = the zero-shot answer; each later node one refinement)")
     ax.set_ylabel(f"share of the {n} held-out tasks solved by node k")
-    ax.set_title("Solved by budget (95% bands: tasks resampled; a mark on a shared line: where that arm ends)",
-                 fontsize=9)
+    note = fit_y(ax, [v for c in curves.values() for v in (*c["solved"], *c["lo"], *c["hi"])] or [0.0])
+    titled(ax, "Solved by budget (95% bands: tasks resampled; a mark on a shared line: where that arm ends)", note)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     place_legend(ax)
     return fig
@@ -133,10 +158,10 @@ def token_figure(curves: dict[str, dict[str, Any]]):
     shape = lambda c: (c["tokens"], [c["solved"]])  # noqa: E731
     draw_groups(ax, curves, shape, {arm: f"to {c['max_tokens']} tokens" for arm, c in curves.items()}, band=False)
     n = next(iter(curves.values()))["n_tasks"] if curves else 0
-    ax.set_xlabel("completion tokens the operator generated in the task's search (cumulative, node 0 on)")
+    ax.set_xlabel("completion tokens (generated by the operator; prompts not counted), cumulative from node 0")
     ax.set_ylabel(f"share of the {n} held-out tasks solved")
-    ax.set_title("Solved by generated tokens (each line runs to the most tokens a search of that arm spent)",
-                 fontsize=9)
+    note = fit_y(ax, [v for c in curves.values() for v in c["solved"]] or [0.0])
+    titled(ax, "Solved by completion tokens (each line runs to the most tokens a search of that arm spent)", note)
     place_legend(ax)
     return fig
 

@@ -39,6 +39,12 @@ BOOTSTRAP_SEED = 0  # the curves' bands (harness.search_stats, harness.compare.p
 ALPHA = 0.05
 POWER = 0.8
 DIGITS = 9  # differences are means over seeds: rounded before ranking, so equal ones tie exactly
+P_DIGITS = 6  # p-values are stored rounded to 6 decimals: a stored 0 is a p below 1e-6, printed so (p_text)
+
+
+def p_text(p: float) -> str:
+    """'p = 0.0312', or 'p < 1e-6' for a p below what P_DIGITS decimals hold (never 'p = 0')."""
+    return "p < 1e-6" if p < 10.0 ** -P_DIGITS else f"p = {p:.3g}"
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -195,7 +201,7 @@ def spread_in_words(diffs: Sequence[float], all_equal: bool, ci: dict[str, Any] 
                 f"p is {2.0 ** (1 - n):.3g})")
     hole = p < ALPHA and ci["low"] < 0 < ci["high"]
     return (f"Hodges-Lehmann shift {shift:+.3g}, 95% interval {interval_text(ci)}: the shifts the Wilcoxon test "
-            f"does not reject" + (f"; 0 itself is rejected (p = {p:.3g})" if hole else ""))
+            f"does not reject" + (f"; 0 itself is rejected ({p_text(p)})" if hole else ""))
 
 
 def paired_measure(a: Sequence[float], b: Sequence[float], lower_is_better: bool) -> dict[str, Any]:
@@ -221,7 +227,7 @@ def paired_measure(a: Sequence[float], b: Sequence[float], lower_is_better: bool
             "ci95_method": "the Wilcoxon signed-rank test inverted: every shift d with p(a - b - d) >= 0.05",
             "ci_excludes_zero": p_wilcoxon < ALPHA, "all_differences_equal": all_equal,
             "better_tasks": better, "tied_tasks": n - better - worse, "worse_tasks": worse,
-            "sign_test_p": round(sign_test(better, worse), 6), "wilcoxon_p": round(p_wilcoxon, 6),
+            "sign_test_p": round(sign_test(better, worse), P_DIGITS), "wilcoxon_p": round(p_wilcoxon, P_DIGITS),
             "wilcoxon_method": method, "verdict": verdict, "mde80": None if mde is None else round(mde, 4),
             "sd_of_differences": round(stdev(diffs), 4) if n > 1 else None,
             "in_words": spread_in_words(diffs, all_equal, ci, p_wilcoxon, shift)}

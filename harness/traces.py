@@ -5,8 +5,8 @@
     write_traces(run_dir / "frozen_trace.json", "frozen", model, traces)
 
 An arm is one model searched on every (task, seed) pair of the run: `frozen` (the model as
-shipped, step 01), `sft` (the oracle SFT warm-start alone), `trained` (SFT + GRPO) and, opt-in,
-`grpo_only` (GRPO from the frozen model), steps 04. Every arm gets the same tasks (each from
+shipped, step 01) and the post-training arms of step 04; harness/arms.py holds every arm, what it
+starts from and how it is trained. Every arm gets the same tasks (each from
 a different held-out page), the same search seeds, knobs and decoding; only the model
 differs, so step 05 can pair them. An arm's searches advance together in rounds
 (harness.search.run_searches: one operator batch per round); each saves its state under
@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from harness.arms import NAMES, SEARCHED
 from harness.budget import arm_plan, check_refine_fits, frozen_search_budget, matched_budgets, planned_arms
 from harness.config import Config, ConfigError
 from harness.dataset import DatasetError, Task, heldout_examples, make_task, n_pages
@@ -29,8 +30,8 @@ from harness.run_folder import StepError, config_of_run
 from harness.sandbox import merge_provenance, provenance_is_empty, sandbox_provenance
 from harness.search import SearchKnobs, SearchSpec, SearchStateError, run_searches, trace_prefix
 
-ARMS = ("frozen", "frozen_matched", "sft", "trained", "grpo_only", "refine", "self")
-SEARCHED_ARMS = ("frozen", "sft", "trained", "grpo_only", "refine", "self")  # frozen_matched is cut from frozen's search
+ARMS = NAMES  # every arm of harness/arms.py's table, in its order
+SEARCHED_ARMS = SEARCHED  # the arms with searches of their own (frozen_matched is cut from frozen's)
 FROZEN_LONG = "frozen_long"  # frozen's whole search, when an arm's equal-compute budget exceeds frozen_matched's
 TASK_SEED_TRIES = 1000  # seeds tried from trace_task_seed on to find the tasks' distinct pages
 

@@ -4,7 +4,8 @@
     W8_RUN_ID=demo python scripts/04_trained_trace.py
     # tiny CPU variant: same knobs as the step-01 call of the same run
 
-The arms, each the newest `global_step_N/policy` (by N) of its training folder:
+The arms, each the newest `global_step_N/policy` (by N) of its training folder (harness/arms.py's
+table: every row with a folder, those step 03 trained in this run):
   sft        <run>/sft        the oracle SFT warm-start alone (when W8_HARNESS_SFT_STEPS > 0)
   trained    <run>/grpo       SFT + GRPO (GRPO alone when there was no SFT)
   grpo_only  <run>/grpo_only  GRPO from the frozen model (when W8_GRPO_ONLY_ARM=1)
@@ -27,14 +28,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness.arms import ARMS  # noqa: E402
 from harness.exports import newest_export  # noqa: E402
 from harness.files import REPO_ROOT  # noqa: E402
 from harness.pipeline import StepError, StepResult, record_sandbox, run_step  # noqa: E402
 from harness.traces import arm_file, load_traces, steps_summary  # noqa: E402
 
 STEP = "04_trained_trace"
-TRAINED_ARMS = (("sft", "sft"), ("trained", "grpo"), ("grpo_only", "grpo_only"), ("refine", "refine"),
-                ("self", "self"))  # (arm, its training folder)
+TRAINED_ARMS = tuple((a.name, a.folder) for a in ARMS if a.folder and a.cut_from is None)  # (arm, its training folder)
 
 
 def arm_models(run_dir: Path) -> dict[str, Path]:

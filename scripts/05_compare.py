@@ -24,45 +24,32 @@ compare from the files committed there.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from harness.arms import ARMS as ARM_TABLE, SEARCHED, comparison_name, comparisons  # noqa: E402
 from harness.budget import matched_budgets, planned_arms, planned_training_generations  # noqa: E402
 from harness.compare import MEASURES, CompareError, compare_arms, pair_key, plot_arms, steps_or_budget  # noqa: E402
 from harness.files import atomic_write_json, atomic_write_text  # noqa: E402
 from harness.ledger import GRPO_METRICS, equal_compute_line, ledger, ledger_lines, warm_start  # noqa: E402
 from harness.oracle import sft_target_source  # noqa: E402
-from harness.config import ConfigError  # noqa: E402
+from harness.config import KNOBS, ConfigError, load_config  # noqa: E402
 from harness.pipeline import (STEPS, StepError, StepResult, config_of_run, load_run_config, read_marker,  # noqa: E402
                               run_step, step_parser)
 from harness.plots import plot_budget_curves, plot_token_curves  # noqa: E402
 from harness.search_stats import curve_table  # noqa: E402
-from harness.stats import tasks_for_effect  # noqa: E402
+from harness.stats import ALPHA, p_text, tasks_for_effect  # noqa: E402
 from harness.traces import ARMS, FROZEN_LONG, arm_file, load_traces, prefix_trace, sandbox_problem  # noqa: E402
 from harness.training_data import sft_target_for, sft_target_of_config  # noqa: E402
 
 STEP = "05_compare"
-METRICS = ("sft_metrics.json", "grpo_metrics.json", "grpo_only_metrics.json", "refine_metrics.json", "self_metrics.json")
+METRICS = ("sft_metrics.json", *(a.metrics for a in ARM_TABLE if a.metrics))
 METRIC_KEYS = ("loss", "reward_mean", "reward_std", "valid_rate", "zero_variance_groups", "step_time_s")
-NAMES = {("trained", "frozen"): "trained vs frozen", ("sft", "frozen"): "sft vs frozen (the warm-start alone)",
-         ("trained", "frozen_matched"): "trained vs frozen at equal compute (frozen_matched)",
-         ("trained", "sft"): "trained vs sft (what GRPO added)", ("grpo_only", "frozen"): "grpo_only vs frozen "
-         "(GRPO without the warm-start)", ("trained", "grpo_only"): "trained vs grpo_only (what SFT added)",
-         ("refine", "trained"): "refine vs trained (training the search's prompt vs training node 0)",
-         ("refine", "frozen"): "refine vs frozen", ("refine", "frozen_matched"): "refine vs frozen_matched",
-         ("self", "frozen"): "self vs frozen", ("self", "frozen_matched"): "self vs frozen_matched (no answer key vs "
-         "the frozen operator at the trained arm's compute)", ("self", "trained"): "self vs trained"}
-HEADLINE = (("trained", "frozen"), ("trained", "frozen_matched"), ("trained", "sft"), ("refine", "trained"),
-            ("self", "frozen_matched"))
-
-
-def pair_name(a: str, b: str) -> str:
-    """A comparison's name; frozen@<k> is frozen cut at an arm's own equal-compute budget."""
-    if b.startswith("frozen@"):
-        return f"{a} vs frozen at {a}'s own training compute ({b}: budget {b.split('@')[1]})"
-    return NAMES.get((a, b), f"{a} vs {b}")
+HEADLINE = tuple(c.pair for c in comparisons() if c.headline)  # harness/arms.py's table
+pair_name = comparison_name  # 'trained vs sft (what GRPO added)'; frozen@<k>: frozen at the arm's own compute
 
 
 def _num(value, fmt: str = ".2f", none: str = "-") -> str:
@@ -92,7 +79,7 @@ def measure_line(name: str, m: dict) -> str:
     mde = "" if m["mde80"] is None else f"; smallest difference detectable with power 0.8: {m['mde80']:.3g}"
     return (f"  - {name}: {m['mean_a']:.3g} vs {m['mean_b']:.3g}, difference {m['mean_diff']:+.3g} ({spread}); "
             f"better / tied / worse on {m['better_tasks']} / {m['tied_tasks']} / {m['worse_tasks']} tasks; "
-            f"sign test p = {m['sign_test_p']:.3g}, Wilcoxon p = {m['wilcoxon_p']:.3g} ({m['wilcoxon_method']}){mde}")
+            f"sign test {p_text(m['sign_test_p'])}, Wilcoxon {p_text(m['wilcoxon_p'])} ({m['wilcoxon_method']}){mde}")
 
 
 def comparison_lines(result: dict) -> list[str]:
@@ -101,16 +88,40 @@ def comparison_lines(result: dict) -> list[str]:
         differ = c["programs_differ_at_node0"]
         both = c.get("first_gold_where_both_solved")
         both_line = (f"  - first gold node on the {both['n_tasks']} task(s) both solved: {both['mean_a']:.3g} vs "
-                     f"{both['mean_b']:.3g} (Wilcoxon p = {both['wilcoxon_p']:.3g})" if both else
+                     f"{both['mean_b']:.3g} (Wilcoxon {p_text(both['wilcoxon_p'])})" if both else
                      "  - first gold node where both solved: no task solved by both")
         budgets = "" if c["budget_a"] == c["budget_b"] else \
             f" Budgets differ ({c['budget_a']} vs {c['budget_b']} refinements): budget-free measures only."
         lines += [f"- **{pair_name(c['a'], c['b'])}**, n = {c['n_tasks']} tasks ({c['n_searches']} searches): "
-                  f"{c['verdict']}.{budgets} Shrunk (mean steps strictly fewer): {'yes' if c['shrunk'] else 'no'}. "
+                  f"{c['verdict']}.{budgets} Shrunk (mean steps strictly fewer): {shrunk_text(c)}. "
                   f"Node-0 programs differ on {differ['tasks']}/{differ['of_tasks']} tasks "
                   f"({differ['searches']}/{differ['of_searches']} searches).",
                   *(measure_line(name, c["measures"][name]) for name in MEASURES if name in c["measures"]), both_line]
     return lines
+
+
+def shrunk_detail(c: dict) -> str:
+    """The means and the test beside a comparison's shrunk yes/no: a yes from one task of 32 reads as what it is."""
+    steps = c["measures"].get("steps")
+    if steps is None:
+        return "budgets differ: mean steps not compared"
+    sig = "significant" if steps["wilcoxon_p"] < ALPHA else "not significant"
+    return (f"mean steps {steps['mean_a']:.3g} vs {steps['mean_b']:.3g}; Wilcoxon signed-rank test over "
+            f"{steps['n_tasks']} tasks {p_text(steps['wilcoxon_p'])}, {sig} at {ALPHA}; better / tied / worse on "
+            f"{steps['better_tasks']} / {steps['tied_tasks']} / {steps['worse_tasks']} tasks")
+
+
+def shrunk_text(c: dict) -> str:
+    return f"{'yes' if c['shrunk'] else 'no'} ({shrunk_detail(c)})"
+
+
+def shrunk_headline(result: dict) -> str:
+    """The bold shrunk line under the headline: trained vs frozen, with its test and p beside it."""
+    c = next((c for c in result["comparisons"] if (c["a"], c["b"]) == ("trained", "frozen")), None)
+    if c is None:
+        return "**shrunk: no** (no trained vs frozen comparison in this run)"
+    return (f"**shrunk: {'yes' if c['shrunk'] else 'no'}** (trained vs frozen: {shrunk_detail(c)}; shrunk = mean "
+            "steps strictly fewer, equal is not success)")
 
 
 def headline_lines(result: dict) -> list[str]:
@@ -305,8 +316,7 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], z
         "",
         *headline_lines(result),
         "",
-        f"**shrunk: {'yes' if result['shrunk'] else 'no'}** (trained vs frozen: mean steps strictly fewer; equal is "
-        "not success)",
+        shrunk_headline(result),
         "",
         "## per arm",
         "",
@@ -355,6 +365,10 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], z
         "## wall times",
         "",
         *wall_time_lines(run_dir),
+        "",
+        "## reproduce",
+        "",
+        *reproduce_lines(config),
     ]
     return "\n".join(lines) + "\n"
 
@@ -373,16 +387,42 @@ def wall_time_lines(run_dir: Path) -> list[str]:
                    f"{(m or {}).get('summary', 'not run')} |" for step, m in markers.items()]
 
 
+def env_value(value) -> str:
+    """A knob's value as its W8_* variable takes it."""
+    return "" if value is None else ("1" if value else "0") if isinstance(value, bool) else str(value)
+
+
+def reproduce_lines(config: dict) -> list[str]:
+    """The exact command that reproduces the run: its git commit, its preset, and every knob whose recorded value
+    differs from what that preset gives (knobs the knob table no longer has are kept: the commit had them)."""
+    knobs, preset = config["knobs"], config["knobs"].get("preset") or ""
+    try:
+        base = load_config(env={"W8_PRESET": preset} if preset else {}).as_dict()
+    except ConfigError:  # a preset this checkout no longer has: every recorded knob is given
+        base = {}
+    known = {k.name for k in KNOBS}
+    differ = [f"W8_{name.upper()}={shlex.quote(env_value(value))}" for name, value in knobs.items()
+              if name != "preset" and (name not in known or name not in base or env_value(base[name]) != env_value(value))]
+    sha = str(config.get("git_sha") or "unknown")
+    command = " ".join([f"W8_PRESET={preset}"] * bool(preset) + differ + ["bash scripts/run_r3.sh"])
+    dirty = ("; the run's working tree had uncommitted changes (-dirty), which this command does not bring back"
+             if sha.endswith("-dirty") else "")
+    return [f"The run's commit, its preset (`{preset or 'none'}`) and the {len(differ)} knob(s) whose recorded value "
+            f"differs from what {'the preset gives' if preset else 'the defaults give'} in the checkout that wrote this "
+            f"summary (run_config.json holds every knob){dirty}:", "", "```bash",
+            f"git checkout {sha.removesuffix('-dirty')}", command, "```"]
+
+
 def equal_compute_cuts(cfg, run_dir: Path, arms: dict[str, list[dict]]) -> list[tuple[str, str]]:
-    """frozen cut at the refine and self arms' own equal-compute budgets (frozen@<k>, from frozen's one long
-    search); adds them to `arms` and returns the pairs to compare."""
+    """frozen cut at an arm's own equal-compute budget (frozen@<k>, from frozen's one long search), for every arm
+    of harness/arms.py's table with own_compute_cut; adds them to `arms` and returns the pairs to compare."""
     matched = matched_budgets(cfg, planned_arms(cfg))
     source = FROZEN_LONG if (run_dir / arm_file(FROZEN_LONG)).is_file() else "frozen_matched"
     if source not in arms and not (run_dir / arm_file(source)).is_file():
         return []
     long = arms.get(source) or load_traces(run_dir / arm_file(source))
     pairs = []
-    for arm in ("refine", "self", "grpo_only"):
+    for arm in (a.name for a in ARM_TABLE if a.own_compute_cut):
         budget = matched.get(arm)
         if arm not in arms or budget is None or budget == matched.get("trained"):
             continue
@@ -398,7 +438,7 @@ def compare_folder(cfg, run_dir: Path) -> dict:
     arms = {arm: load_traces(run_dir / arm_file(arm)) for arm in ARMS if (run_dir / arm_file(arm)).exists()}
     if len(arms) < 2:
         raise StepError(f"{run_dir} has {len(arms)} arm trace(s) ({', '.join(arms) or 'none'}); a compare needs two: "
-                        "run step 01 (frozen) or 04 (sft, trained, grpo_only) first")
+                        f"run step 01 (frozen) or 04 ({', '.join(a for a in SEARCHED if a != 'frozen')}) first")
     for arm in arms:  # the evidence must say where each arm's programs ran
         if problem := sandbox_problem(run_dir / arm_file(arm)):
             raise StepError(f"compare refused: {problem}")
@@ -434,6 +474,8 @@ def body(cfg, run_dir: Path, args) -> StepResult:
     first = result["comparisons"][0] if result["comparisons"] else None
     summary = (f"{'; '.join(parts) or (first and first['verdict']) or 'no comparable pair of arms'} over "
                f"{result['n_tasks']} tasks: shrunk {'yes' if result['shrunk'] else 'no'}"
+               + (f" (Wilcoxon {p_text(by[('trained', 'frozen')]['measures']['steps']['wilcoxon_p'])})"
+                  if "steps" in by.get(("trained", "frozen"), {}).get("measures", {}) else "")
                + (" (no GRPO effect readable: " + "; ".join(result["warnings"]) + ")" if result["warnings"] else ""))
     return StepResult(["trace_compare.json", "trace.png", "budget_curves.png", "budget_curves_tokens.png", "summary.md"],
                       summary)
@@ -458,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = step_parser(STEP, __doc__)
     parser.add_argument("--results", type=Path, metavar="DIR", default=None,
                         help="redo the compare in a results folder (results/<run-id>/) from its committed traces")
-    args, _ = parser.parse_known_args(argv)
+    args = parser.parse_args(argv)  # a mistyped flag is refused here too
     if args.results is not None:
         return redo_results(args.results)
     return run_step(STEP, __doc__, body, argv, parser=parser)

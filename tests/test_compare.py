@@ -208,9 +208,10 @@ def test_sampling_seeds_mix_in_the_task():
 def test_curves_and_plot(tmp_path):
     traces = arm([0, 2, None, 1], max_iterations=3)
     assert solved_by_node(traces) == [0.25, 0.5, 0.75, 0.75]
-    # 150 tokens a node: gold at node 0, 1, 2 costs 150, 300, 450; the unsolved search spent 4 nodes = 600
-    assert solved_by_tokens(traces) == ([0, 150, 300, 450, 600], [0.0, 0.25, 0.5, 0.75, 0.75])
-    assert solved_by_tokens(arm([None, None], max_iterations=1)) == ([0, 300], [0.0, 0.0])
+    # 50 completion tokens a node (prompts not counted, as in budget_curves_tokens.png): gold at node 0, 1, 2 costs
+    # 50, 100, 150; the unsolved search spent 4 nodes = 200
+    assert solved_by_tokens(traces) == ([0, 50, 100, 150, 200], [0.0, 0.25, 0.5, 0.75, 0.75])
+    assert solved_by_tokens(arm([None, None], max_iterations=1)) == ([0, 100], [0.0, 0.0])
     path = plot_arms({"frozen": arm([None, 4]), "sft": arm([0, 1]), "trained": arm([0, 0])}, tmp_path / "trace.png",
                      resamples=100)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
