@@ -163,11 +163,11 @@ def _draw(record: dict, split: str, n: int, rng: random.Random, design: Design) 
     dependent = dependent_of(record, design)
     if split == "train":
         return _balanced_draw([e for e in examples if e.action not in dependent], n, rng)
-    return _draw_holding([e for e in examples if e.action in dependent], [e for e in examples
+    return draw_holding([e for e in examples if e.action in dependent], [e for e in examples
                                                                           if e.action not in dependent], n, rng)
 
 
-def _draw_holding(required: list[Example], rest: list[Example], n: int, rng: random.Random) -> list[Example] | None:
+def draw_holding(required: list[Example], rest: list[Example], n: int, rng: random.Random) -> list[Example] | None:
     """n balanced examples holding the required ones (each class's share of them capped so the other class
     keeps its 40%), None when fewer than MIN_DEPENDENT of them fit."""
     lo = min_class_count(n)
