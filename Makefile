@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 CHROMIUM ?= /usr/bin/chromium
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup test test-slow harvest benchmark-report bench-harvest search bench-search bench-sandbox
+.PHONY: help setup test test-slow harvest benchmark-report repair-report repair-eval bench-harvest search bench-search bench-sandbox
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -57,6 +57,12 @@ harvest: setup ## re-harvest the benchmark snapshot from a real browser (resumab
 
 benchmark-report: setup ## label balance, per-type stats, oracle accuracy, trivial baselines
 	$(PY) scripts/benchmark_report.py
+
+repair-report: setup ## the repair tasks and the held-in repair benchmark: counts per family, parents vs references, rescored outside the repo -> .w8-biayn/repair/
+	$(PY) scripts/repair_report.py
+
+repair-eval: setup ## the held-in repair benchmark's ceiling (rule library); ARMS="frozen=smollm2-135m sft=<export>" adds model arms (W8_PRESET=study decoding)
+	W8_PRESET=$${W8_PRESET:-study} $(PY) scripts/repair_eval.py --arm rule-library $(foreach a,$(ARMS),--arm $(a))
 
 bench-harvest: setup ## harvest throughput vs BrowserGym's plain reset+step loop
 	$(PY) scripts/bench/bench_harvest.py

@@ -375,17 +375,18 @@ def _one_task(side: str, family: Family, record: dict, examples: list[Example], 
 
 
 def family_tasks(side: str, family: Family, records: list[tuple[dict, list[Example]]], design: Design,
-                 knobs: RepairKnobs, wanted: int, programs: _Programs) -> list[RepairTask]:
+                 knobs: RepairKnobs, wanted: int, programs: _Programs, needed: int = 0) -> list[RepairTask]:
     """Up to `wanted` tasks of one family: the side's observations in a seeded order, each up to
     MAX_TRIES_PER_OBS times (another draw of examples and, for a made-up family, another name)."""
     rng = random.Random(f"repair:{knobs.seed}:{side}:{family.name}")
     order = list(range(len(records)))
     rng.shuffle(order)
     out: list[RepairTask] = []
-    for k in range(MAX_TRIES_PER_OBS if side == "train" else 1):
-        for i in order:
-            if len(out) >= wanted:
-                return out
+    tries = MAX_TRIES_PER_OBS if side == "train" else 1
+    for k in range(tries):
+        for done, i in enumerate(order):
+            if len(out) >= wanted or len(out) + (tries - k) * len(order) - done < needed:
+                return out  # enough, or too few observations left to reach `needed`
             task = _one_task(side, family, *records[i], design, knobs, rng, k, programs)
             if task is not None:
                 out.append(task)
@@ -415,7 +416,7 @@ def make_side(side: str, design: Design, knobs: RepairKnobs,
                 break
             if side == "heldin" and not madeup and any((f.kind, f.subject) == (family.kind, family.subject) for f in kept):
                 continue  # the benchmark's named families each test their own role or property
-            got = family_tasks(side, family, records, design, knobs, wanted, programs)
+            got = family_tasks(side, family, records, design, knobs, wanted, programs, max(1, wanted // 2))
             if len(got) >= max(1, wanted // 2):
                 tasks += got
                 kept.append(family)
