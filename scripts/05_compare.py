@@ -16,9 +16,12 @@ and by generated tokens) and <run>/summary.md: what ran, the per-arm table, the 
 (trained vs frozen beside trained vs sft, what GRPO added, what equal compute matches), every
 comparison, every task and search, the compute ledger with the warm-start (harness.ledger), the
 GRPO groups' zero-variance share per step, the programs, the training metrics, the sandbox, wall
-times. Any two arms compare: a run without the frozen arm still gets its summary. Ends with one
-line: the headline pairs and shrunk yes/no. With --results DIR it redoes a results folder's
-compare from the files committed there.
+times, and last the exact command that reproduces the run (its git commit, its preset and the knobs
+that differ from it). Shrunk is printed with its test beside it (Wilcoxon p over tasks; a p below
+1e-6 as "p < 1e-6"). The arms and their comparisons come from harness/arms.py's table. Any two arms
+compare: a run without the frozen arm still gets its summary. Ends with one line: the headline pairs
+and shrunk yes/no with its p. With --results DIR it redoes a results folder's compare from the files
+committed there, in place.
 """
 
 from __future__ import annotations
