@@ -16,11 +16,10 @@ practises that skill. A repair task gives it something to repair:
   label is the real label AND NOT the rule; the parent is the warm-start's program, the reference the
   parent with the rule's guard spliced in at the target-element slot (ANCHOR). A made-up name differs from
   task to task, so the answer has to be copied from the failures shown, not remembered.
-Every task leaves out the examples that depend on H, and no training rule or answer names an attribute of
-an H family (FAMILY_ATTRIBUTES; tests/test_repair.py reads every row). The held-in benchmark is the same
-kind of task on held-out pages, from families training never sees (other made-up names, other roles and
-properties, and `hidden` left out): the positive control of harness/repair_eval.py.
-Programs here are our own generated code, compiled in-process to label and check (never model output).
+Every task leaves out the examples that depend on H; no training rule or answer names an attribute of an H
+family (FAMILY_ATTRIBUTES; tests/test_repair.py reads every row). The held-in benchmark (harness/repair_eval.py)
+is the same kind of task on held-out pages from families training never sees (other made-up names, roles and
+properties; `hidden` left out). Programs here are our own generated code, compiled in-process (never model output).
 """
 
 from __future__ import annotations
@@ -51,10 +50,10 @@ PRELUDE_CHECKS = {
 }
 BLOCK_FAMILIES = ("press_focus", "hidden", "disabled", "select_option")  # the compact program's other blocks
 HELDIN_REAL = ("hidden",)  # left out on held-out pages only: training never sees it
-REAL_PROPERTY = {"unknown_verb": ".split()", "arg_count": "len(args)", "scroll_noop": '"scroll", "noop"',
-                 "unknown_bid": "if not m", "press_focus": '"press", "focus"', "hidden": "visible",
-                 "disabled": "disabled=True", "select_option": "option %r"}
 # malformed is not among them: its check is the parse's try/except, which every later line needs.
+REAL_PROPERTY = {"unknown_verb": ".split()", "arg_count": "len(args)", "scroll_noop": '"scroll", "noop"', "unknown_bid":
+                 "if not m", "press_focus": '"press", "focus"', "hidden": "visible", "disabled": "disabled=True",
+                 "select_option": "option %r"}
 
 VERB_SETS = (("click",), ("click", "dblclick"), ("hover",), ("press",), ("focus",), ("click", "dblclick", "hover"),
              ("press", "focus"), ("dblclick",), ("hover", "focus"), ("click", "press"), ("dblclick", "hover"),
@@ -80,7 +79,6 @@ _BID_LINE = re.compile(r"^\s*\[[^\]]+\] ")
 
 class RepairError(ValueError):
     """Repair tasks that cannot be made as asked; one line naming the knob."""
-
 
 @dataclass(frozen=True)
 class RepairKnobs:
@@ -115,13 +113,8 @@ class Family:
             return f"real:{self.subject}"
         return f"{self.kind}:{'+'.join(self.verbs)}:{self.subject}"
 
-    @property
-    def synthetic(self) -> bool:
-        return self.kind != "real"
-
-    @property
-    def madeup(self) -> bool:
-        return self.kind.startswith("madeup")
+    synthetic = property(lambda self: self.kind != "real")
+    madeup = property(lambda self: self.kind.startswith("madeup"))
 
 
 @dataclass(frozen=True)
@@ -191,7 +184,7 @@ def real_pair(heldout: Sequence[str], family: str) -> tuple[str, str]:
 
 def compile_harness(code: str) -> Callable[[str, str], Any]:
     scope: dict[str, Any] = {}
-    exec(compile(code, "<repair-program>", "exec"), scope)
+    exec(compile(code, "<repair-program>", "exec"), scope)  # our own generated programs only
     return scope["is_legal_action"]
 
 
@@ -228,9 +221,8 @@ def families_for(side: str, design: Design, knobs: RepairKnobs) -> list[Family]:
 
 
 def real_families(side: str, design: Design) -> list[str]:
-    if side == "heldin":
-        return [f for f in HELDIN_REAL if f not in design.heldout_rules]
-    return [f for f in (*PRELUDE_CHECKS, *BLOCK_FAMILIES) if f not in design.heldout_rules and f not in HELDIN_REAL]
+    names = HELDIN_REAL if side == "heldin" else [f for f in (*PRELUDE_CHECKS, *BLOCK_FAMILIES) if f not in HELDIN_REAL]
+    return [f for f in names if f not in design.heldout_rules]
 
 
 def madeup_name(side: str, state: str, rng: random.Random) -> str:
@@ -251,12 +243,6 @@ def write_property(state: str, prop: str, share: float, rng: random.Random) -> s
     bid_lines = [i for i, line in enumerate(lines) if _BID_LINE.match(line)]
     chosen = set(rng.sample(bid_lines, max(1, round(share * len(bid_lines))))) if bid_lines else set()
     return "\n".join(line + f", {prop}" if i in chosen else line for i, line in enumerate(lines))
-
-
-def mentions(code: str, prop: str) -> bool:
-    """Whether a program names the rule's property: its name (before `=`), or the whole text otherwise."""
-    key = prop.split("=")[0] if re.fullmatch(r"[A-Za-z_][\w-]*=.*", prop) else prop
-    return key in (code or "")
 
 
 # ---- tasks ------------------------------------------------------------------------------------------------
@@ -288,10 +274,9 @@ class _Programs:
         return self.compiled[code]
 
     def verdict(self, code: str, state: str, action: str) -> bool | None:
-        key = (code, state, action)
-        if key not in self.verdicts:
-            self.verdicts[key] = verdict(self(code), state, action)
-        return self.verdicts[key]
+        if (code, state, action) not in self.verdicts:
+            self.verdicts[code, state, action] = verdict(self(code), state, action)
+        return self.verdicts[code, state, action]
 
 
 def target_lines(state: str) -> dict[str, str]:
@@ -453,7 +438,7 @@ def counts(tasks: Sequence[RepairTask]) -> list[dict[str, Any]]:
     return out
 
 
-def _spread(values: list[float]) -> dict[str, float]:
+def _spread(values: list[float]) -> dict[str, float]:  # sorted values
     return {"min": values[0], "median": values[len(values) // 2], "max": values[-1]}
 
 

@@ -18,16 +18,23 @@ library order), as the rule-library operator does for the real rules on the stud
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from harness.operators import Generation, Operator, Request
 from harness.prompts import MAX_FAILURES
-from harness.repair import (Family, RepairTask, compile_harness, guard, mentions, real_pair, rule_fires, splice,
-                            target_lines, verdict)
+from harness.repair import (Family, RepairTask, compile_harness, guard, real_pair, rule_fires, splice, target_lines,
+                            verdict)
 from harness.search import SearchKnobs, SearchSpec, run_searches
 from harness.stats import p_text, sign_test
+
+
+def mentions(code: str, prop: str) -> bool:
+    """Whether a program names the rule's property: its name (before `=`), or the whole text otherwise."""
+    key = prop.split("=")[0] if re.fullmatch(r"[A-Za-z_][\w-]*=.*", prop) else prop
+    return key in (code or "")
 
 
 def fence(code: str) -> str:

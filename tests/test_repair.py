@@ -21,9 +21,9 @@ from harness.failures import failures_to_show
 from harness.operators import Generation, Operator
 from harness.prompts import build_refine_prompt
 from harness.repair import (ANCHOR, FAMILY_ATTRIBUTES, NAME_LETTERS, SUBJECTS, RepairError, RepairKnobs, RepairTask,
-                            counts, excluded_attributes, guard, make_repair_tasks, make_side, mentions, real_pair,
+                            counts, excluded_attributes, guard, make_repair_tasks, make_side, real_pair,
                             splice)
-from harness.repair_eval import RootedOperator, RuleLibraryOperator, arm_summary, evaluate_arm, paired
+from harness.repair_eval import RootedOperator, RuleLibraryOperator, arm_summary, evaluate_arm, mentions, paired
 from harness.repair_eval import _parse_family as family_parts
 from harness.rewards import score_harness
 from harness.rule_split import Design, compact_program, depends_on
