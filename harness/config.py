@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib.util
 import os
 import re
 import sys
@@ -27,9 +28,15 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from harness.node_env import SKYRL_REF
-from harness.rule_split import HOLDABLE, SPLIT_KINDS, SplitError, parse_rules
+from harness.knob_parser import KnobParser
+from harness.knob_rules import (accelerator_spec, bucket_uri, choice, int_range, optional, optional_range, positive,
+                                rule_families, unit_closed, unit_open_closed, worker_count, yes_no)
+from harness.rule_split import SPLIT_KINDS
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
+# W8_REPORT_TO's integrations and the modules that make one installed (transformers checks the same ones)
+REPORT_TO_MODULES = {"tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",), "mlflow": ("mlflow",),
+                     "trackio": ("trackio",)}
 
 
 class ConfigError(ValueError):
@@ -54,86 +61,13 @@ class Knob:
         return "--" + self.name.replace("_", "-")
 
 
-def _choice(*values: str):
-    return (lambda v: v in values), "one of " + " | ".join(values)
-
-
-def _int_range(lo: int, hi: int | None = None):
-    if hi is None:
-        return (lambda v: v >= lo), f"an integer >= {lo}"
-    return (lambda v: lo <= v <= hi), f"an integer in [{lo}, {hi}]"
-
-
-def _unit_open_closed():
-    return (lambda v: 0.0 < v <= 1.0), "a number in (0, 1]"
-
-
-def _unit_closed():
-    return (lambda v: 0.0 <= v <= 1.0), "a number in [0, 1]"
-
-
-def _positive():
-    return (lambda v: v > 0), "a number > 0"
-
-
-def _accelerators():
-    # SkyPilot's own format rule (<name> or <name>:<count>, count > 0); `make dry-run` then runs the
-    # string through SkyPilot's parser too. Unknown GPU names only fail at launch (catalog is online).
-    def check(v: str) -> bool:
-        m = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*(?::(\d+(?:\.\d+)?))?", v)
-        return bool(m) and (m.group(1) is None or float(m.group(1)) > 0)
-    return check, "a SkyPilot accelerator string <name>[:<count>], e.g. A100:8"
-
-
 def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.env"))
-
-
-def _workers():
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return (lambda v: v is None or 1 <= v <= cores), f"'auto' or an integer from 1 to {cores} (this machine's cores)"
-
-
-def _rules():
-    def ok(v: str) -> bool:
-        try:
-            return len(parse_rules(v)) >= 2
-        except SplitError:
-            return False
-    return ok, f"two or more comma-separated families of {', '.join(HOLDABLE)}"
 
 
 def _preset_name():
     return (lambda v: v == "" or (PRESETS_DIR / f"{v}.env").is_file()), \
         "'' or the name of a file presets/<name>.env (" + ", ".join(preset_names()) + ")"
-
-
-def _bucket():
-    return (lambda v: v == "" or re.fullmatch(r"(gs|file)://[^\s]+", v) is not None), \
-        "'' or a gs://bucket/prefix URI (file:// for tests)"
-
-
-def _flag(text: str) -> bool:
-    """A yes/no knob: 1/0, true/false, yes/no (any case)."""
-    value = str(text).strip().lower()
-    if value in ("1", "true", "yes"):
-        return True
-    if value in ("0", "false", "no", ""):
-        return False
-    raise ValueError(text)
-
-
-def _optional(type_: Callable[[str], Any]) -> Callable[[str], Any]:
-    """A number knob that may be left unset ('' or 'auto' -> None: the backend's value in harness/hparams.py)."""
-    def parse(text: str) -> Any:
-        return None if text is None or str(text).strip().lower() in ("", "auto") else type_(text)
-    parse.__name__ = type_.__name__
-    return parse
-
-
-def _optional_range(lo: float, hi: float, what: str = "a number"):
-    return (lambda v: v is None or lo <= v <= hi), f"'auto' (the backend's value in harness/hparams.py) or {what} " \
-        f"in [{lo:g}, {hi:g}]"
 
 
 def _knob(name, type_, default, doc, rule=None):
@@ -145,120 +79,125 @@ def _knob(name, type_, default, doc, rule=None):
 # HARNESS_SFT_STEPS) stable: run scripts and sky/r3.yaml refer to them.
 KNOBS: tuple[Knob, ...] = (
     _knob("backend", str, "local", "trainer backend: local (TRL on CPU) or skyrl (GCP GPU node)",
-          _choice("local", "skyrl")),
+          choice("local", "skyrl")),
     _knob("harness_model", str, "smollm2-135m",
           "operator model: 'smollm2-135m' (embedded GGUF), an HF id, or a local HF directory"),
     _knob("operator", str, "auto", "mutation operator: auto (llamacpp locally, vllm on skyrl) | deterministic | hf | ct2 "
           "(CTranslate2, CPU) | llamacpp (llama.cpp workers, CPU) | vllm | openai",
-          _choice("auto", "deterministic", "hf", "ct2", "llamacpp", "vllm", "openai")),
+          choice("auto", "deterministic", "hf", "ct2", "llamacpp", "vllm", "openai")),
     _knob("gguf_type", str, "F16", "weights of the llamacpp operator's GGUF: F16 | Q8_0 | Q4_1 (the shipped base's "
-          "own) | F32 (scripts/bench/bench_engines.py chose F16: hf's quality, Q8_0's speed)", _choice("Q8_0", "Q4_1", "F16", "F32")),
-    _knob("operator_workers", _optional(int), None, "llamacpp worker processes of one thread each (auto: every "
-          "core this process may use); a node's program does not depend on it", _workers()),
+          "own) | F32 (scripts/bench/bench_engines.py chose F16: hf's quality, Q8_0's speed)", choice("Q8_0", "Q4_1", "F16", "F32")),
+    _knob("operator_workers", optional(int), None, "llamacpp worker processes of one thread each (auto: every "
+          "core this process may use); a node's program does not depend on it", worker_count()),
     _knob("ct2_compute_type", str, "int8", "weights of the ct2 operator's CTranslate2 copy: int8 | int8_float32 | float32",
-          _choice("int8", "int8_float32", "float32")),
-    _knob("split", str, "page", "train vs held-out: page (held-out pages, the same rules: measures recall) | rule "
-          "(held-out pages whose tasks need W8_HELDOUT_RULES, which no training example shows; harness/rule_split.py)",
-          _choice(*SPLIT_KINDS)),
+          choice("int8", "int8_float32", "float32")),
+    _knob("split", str, "rule", "train vs held-out: rule (held-out pages whose tasks need W8_HELDOUT_RULES, which no "
+          "training example shows; harness/rule_split.py) | page (held-out pages, the same rules: measures recall). "
+          "rule is every preset's split, so a script run without a preset runs it too (with W8_HELDOUT_RULES's "
+          "default, the presets' families); W8_CURRICULUM=auto follows it", choice(*SPLIT_KINDS)),
     _knob("heldout_rules", str, "pointer,fill_editable", "the oracle's rule families the rule split holds out of "
-          "training (harness.rules names)", _rules()),
+          "training (harness.rules names)", rule_families()),
     _knob("harness_gold_threshold", float, 0.90, "balanced accuracy at which a harness is gold",
-          _unit_open_closed()),
+          unit_open_closed()),
     _knob("reward_recall_weight", float, 0.2, "w in reward = (1-w)*balanced_accuracy + w*effective_recall",
-          _unit_closed()),
-    _knob("search_c", float, 20.0, "Thompson-sampling weight C in Beta(1+C*h, 1+C*(1-h)+N)", _positive()),
+          unit_closed()),
+    _knob("search_c", float, 20.0, "Thompson-sampling weight C in Beta(1+C*h, 1+C*(1-h)+N)", positive()),
     _knob("search_seed", int, 0, "seed of the search's Thompson-sampling RNG (and of sampled operator answers)",
-          _int_range(0)),
-    _knob("operator_max_new_tokens", int, 512, "longest operator answer in tokens (hf, vllm, openai)",
-          _int_range(16, 8192)),
+          int_range(0)),
+    _knob("operator_max_new_tokens", int, 512, "longest answer in tokens of every model operator (hf, ct2, llamacpp, "
+          "vllm, openai), and of GRPO's completions",
+          int_range(16, 8192)),
     _knob("operator_temperature", float, 0.5, "operator sampling temperature of every arm's searches (0: greedy)",
           ((lambda v: 0.0 <= v <= 2.0), "a number in [0, 2]")),
     _knob("operator_base_url", str, "", "OpenAI-compatible endpoint of the openai operator, e.g. http://127.0.0.1:8000/v1"),
     _knob("harness_sft_steps", int, 0, "oracle SFT warm-start steps before GRPO (0 skips step 02)",
-          _int_range(0)),
+          int_range(0)),
     _knob("train_count", int, 512, "number of train tasks: the GRPO prompts (and the SFT rows unless W8_SFT_COUNT "
-          "is set)", _int_range(1)),
+          "is set)", int_range(1)),
     _knob("sft_count", int, 0, "SFT rows (train tasks 0..n-1) apart from the GRPO prompts; 0 = W8_TRAIN_COUNT",
-          _int_range(0)),
+          int_range(0)),
     _knob("sft_target", str, "auto", "the SFT answer: auto (oracle on skyrl, compact on local) | oracle | compact "
           "(harness/oracle.py); fewer SFT steps, not another target, leave GRPO its headroom (docs/reading-results.md)",
-          _choice("auto", "oracle", "compact")),
-    _knob("grpo_group_size", _optional(int), None, "GRPO samples per prompt (auto: harness/hparams.py per backend)",
-          _optional_range(2, 64, "an integer")),
-    _knob("grpo_lr", _optional(float), None, "GRPO learning rate (auto: harness/hparams.py per backend)",
-          _optional_range(1e-9, 1e-2)),
-    _knob("grpo_temperature", _optional(float), None, "GRPO sampling temperature, apart from the searches' "
-          "W8_OPERATOR_TEMPERATURE (auto: harness/hparams.py per backend)", _optional_range(0.05, 2.0)),
-    _knob("grpo_kl_coef", _optional(float), None, "GRPO KL coefficient against the start model; 0 keeps no reference "
-          "model (auto: harness/hparams.py per backend)", _optional_range(0.0, 1.0)),
-    _knob("train_examples_per_obs", int, 24, "labeled actions per train task", _int_range(2, 64)),
-    _knob("grpo_epochs", int, 2, "passes over the train tasks", _int_range(1)),
+          choice("auto", "oracle", "compact")),
+    _knob("grpo_group_size", optional(int), None, "GRPO samples per prompt (auto: harness/hparams.py per backend)",
+          optional_range(2, 64, "an integer")),
+    _knob("grpo_lr", optional(float), None, "GRPO learning rate (auto: harness/hparams.py per backend)",
+          optional_range(1e-9, 1e-2)),
+    _knob("grpo_temperature", optional(float), None, "GRPO sampling temperature, apart from the searches' "
+          "W8_OPERATOR_TEMPERATURE (auto: harness/hparams.py per backend)", optional_range(0.05, 2.0)),
+    _knob("grpo_kl_coef", optional(float), None, "GRPO KL coefficient against the start model; 0 keeps no reference "
+          "model (auto: harness/hparams.py per backend)", optional_range(0.0, 1.0)),
+    _knob("train_examples_per_obs", int, 24, "labeled actions per train task", int_range(2, 64)),
+    _knob("grpo_epochs", int, 2, "passes over the train tasks", int_range(1)),
     _knob("grpo_max_steps", int, 0, "cap on GRPO steps (local: one train task each; skyrl: trainer.max_training_steps); "
           "0 = no cap",
-          _int_range(0)),
-    _knob("trace_task_seed", int, 7, "seed of the (first) held-out trace task", _int_range(0)),
-    _knob("trace_examples_per_obs", int, 24, "labeled actions in a trace task", _int_range(2, 64)),
+          int_range(0)),
+    _knob("report_to", str, "none", "the local trainer's logs, TRL's report_to: none | tensorboard (into <run>/<training>"
+          "/logs) | wandb | mlflow | trackio; refused when that package is not installed, and on skyrl (SkyRL's "
+          "trainer.logger logs there)", choice("none", *REPORT_TO_MODULES)),
+    _knob("trace_task_seed", int, 7, "seed of the (first) held-out trace task", int_range(0)),
+    _knob("trace_examples_per_obs", int, 24, "labeled actions in a trace task", int_range(2, 64)),
     _knob("trace_max_iterations", int, 16, "refinements per search (a trace has at most this + 1 nodes)",
-          _int_range(0, 1000)),
+          int_range(0, 1000)),
     _knob("trace_tasks", int, 1, "held-out trace tasks, each from a different held-out page (seeds from "
-          "trace_task_seed on)", _int_range(1, 100)),
+          "trace_task_seed on)", int_range(1, 100)),
     _knob("trace_seeds", int, 1, "search seeds per trace task (search_seed, +1, ...): the (task, seed) pairs every "
-          "arm searches", _int_range(1, 64)),
-    _knob("grpo_only_arm", _flag, False, "also train GRPO from the frozen model without SFT and trace it (the "
+          "arm searches", int_range(1, 64)),
+    _knob("grpo_only_arm", yes_no, False, "also train GRPO from the frozen model without SFT and trace it (the "
           "grpo_only arm)", ((lambda v: isinstance(v, bool)), "0 or 1")),
-    _knob("refine_arm", _flag, False, "also train the refine arm (SFT warm-start, then GRPO on zero-shot prompts mixed "
+    _knob("refine_arm", yes_no, False, "also train the refine arm (SFT warm-start, then GRPO on zero-shot prompts mixed "
           "with refinement prompts harvested from its own searches on train pages) and trace it",
           ((lambda v: isinstance(v, bool)), "0 or 1")),
-    _knob("self_arm", _flag, False, "also train the self arm (no answer key: rejection-sampling fine-tuning of the base "
+    _knob("self_arm", yes_no, False, "also train the self arm (no answer key: rejection-sampling fine-tuning of the base "
           "model on its own best programs from searches on train pages, then GRPO on mixed prompts) and trace it",
           ((lambda v: isinstance(v, bool)), "0 or 1")),
     _knob("refine_share", float, 0.5, "share of the refine and self arms' GRPO prompts that are refinement prompts "
           "(harness.prompts.build_refine_prompt of a harvested parent and its failures); the rest are zero-shot",
-          _unit_closed()),
+          unit_closed()),
     _knob("refine_improvement_bonus", float, 0.2, "reward bonus of a refinement whose child scores strictly above its "
           "parent (a linear improvement term would be a no-op: GRPO normalises rewards within a group of one parent)",
-          _unit_closed()),
+          unit_closed()),
     _knob("refine_identical_penalty", float, 0.2, "reward penalty of a refinement whose child is its parent's program "
-          "unchanged", _unit_closed()),
+          "unchanged", unit_closed()),
     _knob("harvest_tasks", int, 8, "train tasks (train pages only) searched to harvest refinement prompts and the self "
-          "arm's programs", _int_range(1, 512)),
-    _knob("harvest_max_iterations", int, 4, "refinements per harvest search on a train task", _int_range(1, 64)),
+          "arm's programs", int_range(1, 512)),
+    _knob("harvest_max_iterations", int, 4, "refinements per harvest search on a train task", int_range(1, 64)),
     _knob("self_rounds", int, 2, "rejection-sampling fine-tuning rounds of the self arm (each: search train pages, "
-          "keep the best programs, fine-tune from the base model on them)", _int_range(1, 3)),
+          "keep the best programs, fine-tune from the base model on them)", int_range(1, 3)),
     _knob("self_sft_steps", int, 8, "SFT steps of each self-arm round (batch of one kept program each)",
-          _int_range(1, 1000)),
-    _knob("frozen_matched_arm", _flag, False, "also compare the frozen_matched arm: the frozen operator given the "
+          int_range(1, 1000)),
+    _knob("frozen_matched_arm", yes_no, False, "also compare the frozen_matched arm: the frozen operator given the "
           "trained arms' training generations as extra search nodes (cut from one longer frozen search per task)",
           ((lambda v: isinstance(v, bool)), "0 or 1")),
     _knob("matched_max_iterations", int, 64, "hard cap on the frozen_matched arm's budget (the frozen budget plus the "
           "trained arms' training generations per held-out task); a larger one is refused before any model loads",
-          _int_range(0, 1000)),
+          int_range(0, 1000)),
     _knob("curriculum", str, "auto", "the training arms' train tasks: auto (repair under W8_SPLIT=rule, none under "
           "page) | none (the split's train tasks) | repair (repair tasks: a parent below gold plus the rule that fixes "
-          "it; harness/repair.py)", _choice("auto", "none", "repair")),
+          "it; harness/repair.py)", choice("auto", "none", "repair")),
     _knob("repair_families", int, 24, "synthetic rule families of the train repair tasks (verbs + a predicate on the "
-          "target element's line)", _int_range(1, 200)),
-    _knob("repair_tasks_per_family", int, 96, "train repair tasks per family (synthetic and real)", _int_range(1, 10000)),
+          "target element's line)", int_range(1, 200)),
+    _knob("repair_tasks_per_family", int, 96, "train repair tasks per family (synthetic and real)", int_range(1, 10000)),
     _knob("repair_madeup_share", float, 0.6, "share of synthetic families whose property is made up (written onto "
           "some element lines, a name varying per task): at least 0.5, so the answer is copied, not remembered",
           ((lambda v: 0.5 <= v <= 1.0), "a number in [0.5, 1]")),
     _knob("repair_heldin_families", int, 10, "synthetic families of the held-in repair benchmark (held-out pages, "
-          "names, roles and properties no train family uses)", _int_range(1, 64)),
-    _knob("repair_heldin_tasks_per_family", int, 8, "held-in repair tasks per family", _int_range(1, 1000)),
+          "names, roles and properties no train family uses)", int_range(1, 64)),
+    _knob("repair_heldin_tasks_per_family", int, 8, "held-in repair tasks per family", int_range(1, 1000)),
     _knob("repair_budget", int, 2, "refinements per search of the held-in repair benchmark (node 0 is the parent)",
-          _int_range(1, 64)),
+          int_range(1, 64)),
     _knob("repair_seed", int, 0, "seed of the repair-task generator (families, made-up names, example draws)",
-          _int_range(0)),
+          int_range(0)),
     _knob("sandbox", str, "auto", "where model code runs: auto (daytona if DAYTONA_API_KEY) | local | daytona",
-          _choice("auto", "local", "daytona")),
-    _knob("sandbox_timeout_s", float, 2.0, "wall-time limit for one program on one task", _positive()),
+          choice("auto", "local", "daytona")),
+    _knob("sandbox_timeout_s", float, 2.0, "wall-time limit for one program on one task", positive()),
     _knob("run_id", str, "", "run folder name; empty derives one from pipeline, model, seed and time"),
     _knob("accelerators", str, "A100:8", "GPUs of each GCP node (sky launch --gpus); recorded in run_config.json",
-          _accelerators()),
+          accelerator_spec()),
     _knob("num_nodes", int, 1, "GCP nodes (sky launch --num-nodes); SkyRL places policy, ref and engines on all",
-          _int_range(1, 16)),
+          int_range(1, 16)),
     _knob("bucket", str, "", "gs:// URI for SkyRL exports and checkpoints; needed with W8_NUM_NODES > 1",
-          _bucket()),
+          bucket_uri()),
     _knob("image_id", str, "", "GCP image of the node (sky launch --image-id); empty = SkyPilot's default GPU image"),
     _knob("skyrl_ref", str, SKYRL_REF, "SkyRL git tag or commit the node installs (scripts/node_setup.sh); it must pin "
           "what the dry-run validated", ((lambda v: re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", v) is not None),
@@ -268,22 +207,32 @@ KNOBS: tuple[Knob, ...] = (
           ((lambda v: v == "" or re.fullmatch(r"[1-9][0-9]*\+?", v) is not None), "'' or <GB> or <GB>+, e.g. 64+")),
     _knob("guard_no_valid", str, "stop", "GRPO's first batches without one valid program: stop the run (no "
           "signal to pay for) | report it as a finding and go on (gpu-smoke: proves the plumbing); a failing "
-          "sandbox always stops", _choice("stop", "report")),
-    _knob("keep_cluster", _flag, False, "make launch / gpu-smoke: leave a cluster whose launch failed or was "
+          "sandbox always stops", choice("stop", "report")),
+    _knob("keep_cluster", yes_no, False, "make launch / gpu-smoke: leave a cluster whose launch failed or was "
           "interrupted up (for debugging; it bills until `make down`) instead of `sky down -y`",
           ((lambda v: isinstance(v, bool)), "0 or 1")),
-    _knob("gcp_iap", _flag, False, "launch with SSH through IAP TCP forwarding, internal IPs only, in the VPC "
+    _knob("gcp_iap", yes_no, False, "launch with SSH through IAP TCP forwarding, internal IPs only, in the VPC "
           "W8_GCP_VPC (docs/gpu-launch.md)", ((lambda v: isinstance(v, bool)), "0 or 1")),
     _knob("gcp_vpc", str, "", "GCP VPC network of W8_GCP_IAP=1 launches: its only tcp:22 source must be IAP's "
           "35.235.240.0/20 (make doctor checks)", ((lambda v: v == "" or re.fullmatch(r"[a-z]([-a-z0-9]{0,61}"
                                                                                         r"[a-z0-9])?", v) is not None),
                                                   "'' or a GCP network name")),
-    _knob("preset", str, "", "a file presets/<name>.env whose knobs fill in what is not set (smoke | local | gcp | "
-          "gpu-smoke)", _preset_name()),
+    _knob("preset", str, "", "a file presets/<name>.env whose knobs fill in what is not set ("
+          + " | ".join(preset_names()) + "); unset, the defaults of this table (a numbered script says so)",
+          _preset_name()),
 )
 
 BY_NAME = {k.name: k for k in KNOBS}
 BY_ENV = {k.env: k for k in KNOBS}
+
+# What ran before a knob existed, where its default now differs: a run folder whose run_config.json lacks the knob
+# ran this (W8_SPLIT: every run before the knob was a page-split run; the default became the presets' rule split).
+BEFORE_THE_KNOB = {"split": "page"}
+
+
+def recorded_value(knobs: Mapping[str, Any], name: str) -> Any:
+    """A knob's value in a run's recorded knobs: the recorded one, else what runs did before the knob existed."""
+    return knobs[name] if name in knobs else BEFORE_THE_KNOB.get(name, BY_NAME[name].default)
 
 # The W8_ variables that are not knobs (not recorded in run_config.json, no flag): where files go and
 # which tools run, read where they are used. Any other W8_ name in the environment is a typo and stops
@@ -369,7 +318,7 @@ class Config:
 def _validate(knob: Knob, raw: Any, source: str) -> Any:
     try:
         typed = isinstance(knob.type, type) and isinstance(raw, knob.type) and not isinstance(raw, str)
-        value = raw if typed or (knob.type is _flag and isinstance(raw, bool)) else knob.type(raw)
+        value = raw if typed or (knob.type is yes_no and isinstance(raw, bool)) else knob.type(raw)
     except (TypeError, ValueError):
         raise ConfigError(f"{source}={raw!r}: expected {knob.rule or knob.type.__name__}") from None
     if not knob.check(value):
@@ -382,7 +331,7 @@ def add_flags(parser: argparse.ArgumentParser, names: Sequence[str] | None = Non
     for knob in KNOBS:
         if names is None or knob.name in names:
             parser.add_argument(knob.flag, dest=knob.name, default=None,
-                                metavar="0|1" if knob.type is _flag else knob.type.__name__.upper(),
+                                metavar="0|1" if knob.type is yes_no else knob.type.__name__.upper(),
                                 help=f"{knob.doc} [env {knob.env}, default {knob.default!r}]")
 
 
@@ -395,7 +344,7 @@ def load_config(argv: Sequence[str] | None = None, env: dict[str, str] | None = 
         raise ConfigError(unknown)
     flags: dict[str, Any] = {}
     if argv is not None:
-        parser = parser or argparse.ArgumentParser()
+        parser = parser or KnobParser()
         if not any(a.dest == KNOBS[0].name for a in parser._actions):
             add_flags(parser)
         flags = {k: v for k, v in vars(parser.parse_args(argv)).items() if v is not None}
@@ -441,6 +390,18 @@ def check_together(values: Mapping[str, Any]) -> None:
         raise ConfigError("W8_REFINE_ARM=1 with W8_HARNESS_SFT_STEPS=0: the refine arm starts from the SFT warm-start")
     if values["num_nodes"] > 1 and values["backend"] != "skyrl":
         raise ConfigError(f"W8_NUM_NODES={values['num_nodes']}: several nodes need W8_BACKEND=skyrl")
+    check_report_to(values["report_to"], values["backend"])
+
+
+def check_report_to(name: str, backend: str) -> None:
+    """W8_REPORT_TO is for the local trainer, and its package must be importable here: refused before any
+    model loads rather than when TRL builds the trainer."""
+    if name != "none" and backend == "skyrl":
+        raise ConfigError(f"W8_REPORT_TO={name} with W8_BACKEND=skyrl: it sets the local trainer's logs; SkyRL logs "
+                          "through its trainer.logger (wandb when WANDB_API_KEY is set, else the console)")
+    if name != "none" and not any(importlib.util.find_spec(module) for module in REPORT_TO_MODULES[name]):
+        raise ConfigError(f"W8_REPORT_TO={name}: {REPORT_TO_MODULES[name][0]} is not installed in this environment "
+                          f"(pip install {REPORT_TO_MODULES[name][0]}), or leave W8_REPORT_TO=none")
 
 
 def load_config_or_exit(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> Config:
@@ -450,6 +411,16 @@ def load_config_or_exit(argv: Sequence[str] | None = None, parser: argparse.Argu
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def defaults_notice(cfg: Config) -> str | None:
+    """Without a preset, the one line a numbered script prints first: which experiment the knob table's defaults
+    run (the rule split, as every preset, but at the table's budget and task count), so none runs unnoticed."""
+    if cfg.preset:
+        return None
+    return (f"no preset (W8_PRESET unset): {cfg.split} split, budget {cfg.trace_max_iterations} refinements, "
+            f"{cfg.trace_tasks} task(s) x {cfg.trace_seeds} seed(s); knobs not set by a flag or W8_* variable take "
+            f"harness/config.py's defaults (presets: {', '.join(preset_names())})")
 
 
 def knob_table_markdown() -> str:

@@ -46,13 +46,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.budget import check_budgets, check_refine_fits, planned_arms
-from harness.config import BY_NAME, Config, ConfigError, add_flags, load_config, load_config_or_exit
+from harness.config import (BY_NAME, Config, ConfigError, add_flags, defaults_notice, load_config,
+                            load_config_or_exit, recorded_value)
 from harness.dataset import DatasetError, max_examples_per_obs, n_pages
 from harness.exports import ExportError, check_export, newest_export
 from harness.files import (StorageError, atomic_write_bytes, atomic_write_json, check_writable, read_json,
                            storage_error)
 from harness.harvest import harvest_tasks
 from harness.hparams import hparams_record
+from harness.knob_parser import KnobParser
 from harness.provenance import detected_gpus, git_sha, package_versions
 from harness.markers import (DATA_STAMP, STEPS, MarkerError, damaged_training_inputs, data_problems, end_invocation,
                              first_pending_step, input_problems, mark_done, output_problems, read_marker,
@@ -117,8 +119,8 @@ def run_tasks(cfg: Config) -> dict[str, Any]:
 
 
 def _knob_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    return [f"{BY_NAME[name].env}={saved.get(name)!r} (now {now[name]!r})" for name in sorted(now)
-            if name != "run_id" and name in BY_NAME and saved.get(name, BY_NAME[name].default) != now[name]]
+    return [f"{BY_NAME[name].env}={recorded_value(saved, name)!r} (now {now[name]!r})" for name in sorted(now)
+            if name != "run_id" and name in BY_NAME and recorded_value(saved, name) != now[name]]
 
 
 def check_task_sizes(cfg: Config) -> None:
@@ -204,8 +206,8 @@ class StepResult:
 
 
 def step_parser(step: str, doc: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"scripts/{step}.py", description=doc,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = KnobParser(prog=f"scripts/{step}.py", description=doc,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--force", action="store_true", help="redo the step even if its outputs are complete")
     add_flags(parser)
     return parser
@@ -253,6 +255,8 @@ def run_step(step: str, doc: str, body: Callable[[Config, Path, argparse.Namespa
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     cfg = load_config_or_exit(argv, parser=parser)
+    if defaults_notice(cfg):
+        print(f"[{step}] {defaults_notice(cfg)}", flush=True)
     run_dir, code = open_step_run(step, cfg)
     if run_dir is None:
         return code

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from harness.config import KNOBS, Config
+from harness.config import KNOBS, Config, recorded_value
 from harness.files import WORK_DIR, atomic_write_json, read_json
 from harness.markers import STEPS, read_marker
 
@@ -84,8 +84,9 @@ def load_run_config(run_dir: Path) -> dict[str, Any]:
 
 def config_of_run(run_dir: Path) -> Config:
     """The knobs a run folder was started with (what a step run in a subprocess must use). A knob added after
-    the run was recorded takes its default, which is the behaviour the run had (W8_SPLIT=page, for example)."""
-    return Config({**{k.name: k.default for k in KNOBS}, **load_run_config(run_dir)["knobs"]})
+    the run was recorded takes the value runs had before it (harness.config.recorded_value: W8_SPLIT=page)."""
+    knobs = load_run_config(run_dir)["knobs"]
+    return Config({**{k.name: recorded_value(knobs, k.name) for k in KNOBS}, **knobs})
 
 
 def record_sandbox(run_dir: Path, step: str, provenance: dict[str, Any]) -> None:

@@ -41,6 +41,7 @@ from harness.config import add_flags, load_config_or_exit
 from harness.dataset import DatasetError, Example, heldout_examples, make_task
 from harness.failures import failure_candidates, failure_from_record, failure_record, select_failures
 from harness.files import WORK_DIR, atomic_write_json
+from harness.knob_parser import KnobParser
 from harness.operators import Generation, Operator, OperatorError, Request, operator_from_config
 from harness.rewards import RewardKnobs, score_harness, score_with
 from harness.rule_split import Design
@@ -392,7 +393,7 @@ def load_trace(path: str | Path) -> dict[str, Any]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m harness.search", description="Run (or resume) one harness search.")
+    p = KnobParser(prog="python -m harness.search", description="Run (or resume) one harness search.")
     p.add_argument("--task-seed", dest="trace_task_seed", default=None, help="alias of --trace-task-seed")
     p.add_argument("--task-split", dest="task_split", default="heldout", choices=("heldout", "train"),
                    help="the task's side of the split (--split: which split design) [heldout]")

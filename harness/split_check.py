@@ -24,6 +24,7 @@ gold on (must be all).
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -43,26 +44,28 @@ CONSTANT = "def is_legal_action(state, action):\n    return False\n"
 RULE_OPERATOR_BUDGET = 3
 
 
-def task_row(design: Design, task: Task, threshold: float) -> dict[str, Any]:
-    """One held-out task's figures (module docstring)."""
+def task_row(design: Design, task: Task, threshold: float, sandbox: str | None = None) -> dict[str, Any]:
+    """One held-out task's figures (module docstring), its programs run in `sandbox` (None: the knob's default)."""
+    scored = partial(score_harness, sandbox=sandbox)
     heldout = design.heldout_rules
     target = compact_program(heldout)
-    restricted = score_harness(target, list(task.examples))
+    restricted = scored(target, list(task.examples))
     shown = select_failures(failure_candidates(restricted, task.examples), attempt=0)
     return {"task_id": task.task_id, "page": task.page,
             "n_dependent": sum(depends_on(heldout, e.state, e.action) for e in task.examples),
-            "full": score_harness(compose_program(restricted_rules(())), list(task.examples)).balanced_accuracy,
+            "full": scored(compose_program(restricted_rules(())), list(task.examples)).balanced_accuracy,
             "restricted": restricted.balanced_accuracy,
-            "constant": score_harness(CONSTANT, list(task.examples)).balanced_accuracy,
+            "constant": scored(CONSTANT, list(task.examples)).balanced_accuracy,
             "shown": len(shown), "shown_dependent": sum(depends_on(heldout, f.state, f.action) for f in shown),
-            "rule_operator_steps": rule_operator_steps(design, task, threshold)}
+            "rule_operator_steps": rule_operator_steps(design, task, threshold, sandbox)}
 
 
-def rule_operator_steps(design: Design, task: Task, threshold: float) -> int | None:
+def rule_operator_steps(design: Design, task: Task, threshold: float, sandbox: str | None = None) -> int | None:
     """Refinements of the restricted oracle by the rule-library operator until gold (None: not in the budget)."""
+    scored = partial(score_harness, sandbox=sandbox)
     operator, code = DeterministicOperator(), compose_program(restricted_rules(design.heldout_rules))
     for step in range(RULE_OPERATOR_BUDGET + 1):
-        score = score_harness(code, list(task.examples))
+        score = scored(code, list(task.examples))
         if score.valid and score.balanced_accuracy >= threshold:
             return step
         shown = select_failures(failure_candidates(score, task.examples), attempt=0)
@@ -70,12 +73,15 @@ def rule_operator_steps(design: Design, task: Task, threshold: float) -> int | N
     return None
 
 
-def check_split(design: Design, heldout: Sequence[Task], train: Sequence[Task], threshold: float) -> dict[str, Any]:
-    """The per-task rows and the split's contract in numbers (module docstring)."""
-    rows = [task_row(design, task, threshold) for task in heldout]
+def check_split(design: Design, heldout: Sequence[Task], train: Sequence[Task], threshold: float,
+                sandbox: str | None = None) -> dict[str, Any]:
+    """The per-task rows and the split's contract in numbers (module docstring); every program runs in `sandbox`
+    (a run's W8_SANDBOX; None: the knob's default)."""
+    scored = partial(score_harness, sandbox=sandbox)
+    rows = [task_row(design, task, threshold, sandbox) for task in heldout]
     target = compact_program(design.heldout_rules)
     train_dependent = sum(any(depends_on(design.heldout_rules, e.state, e.action) for e in t.examples) for t in train)
-    train_gold = sum(score_harness(target, list(t.examples)).balanced_accuracy >= threshold for t in train)
+    train_gold = sum(scored(target, list(t.examples)).balanced_accuracy >= threshold for t in train)
     n = len(rows)
     return {"design": design.record(), "gold_threshold": threshold, "rows": rows, "n_heldout": n,
             "full_gold": sum(r["full"] >= threshold for r in rows),
@@ -126,7 +132,7 @@ def write_task_files(cfg: Any, run_dir: Path) -> list[str]:
         return ["heldout_tasks.jsonl"]
     train = train_tasks(cfg.train_count, cfg.train_examples_per_obs, design)
     atomic_write_json(Path(run_dir) / "split_check.json", check_split(design, heldout, train,
-                                                                      cfg.harness_gold_threshold))
+                                                                      cfg.harness_gold_threshold, cfg.sandbox))
     return ["heldout_tasks.jsonl", "split_check.json"]
 
 

@@ -2,8 +2,9 @@
 
     from harness.train_local import train_sft, train_grpo, grpo_steps
     data = training_data_for(cfg, run_dir / "data")          # harness.training_data
-    sft = train_sft(resolve_model("smollm2-135m"), run_dir / "sft", data, steps=16, hp=LOCAL)
-    grpo = train_grpo(str(sft.policy_dir), run_dir / "grpo", data, grpo_steps(16, 1, 1), 448, LOCAL)
+    sft = train_sft(resolve_model("smollm2-135m"), run_dir / "sft", data, steps=16, hp=LOCAL, report_to="none")
+    grpo = train_grpo(str(sft.policy_dir), run_dir / "grpo", data, grpo_steps(16, 1, 1), 448, LOCAL,
+                      report_to="tensorboard")    # W8_REPORT_TO: TensorBoard files in run_dir/grpo/logs
 
 Training writes `<out>/global_step_N/policy` HF exports (config.json, weights,
 tokenizer), the same layout SkyRL's `hf_save_interval` produces on the GPU node, plus
@@ -18,6 +19,7 @@ GRPO's reward function is `HarnessLegalityEnv.step` (harness/env.py) on each row
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from contextlib import contextmanager
@@ -125,6 +127,29 @@ def scratch_dir(out_dir: Path) -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+# Where an integration of W8_REPORT_TO writes, when the user has not said: the training's own folder, since the
+# trainer's output_dir is the scratch folder above and goes when training ends.
+LOG_DIR_ENV = {"tensorboard": "TENSORBOARD_LOGGING_DIR", "wandb": "WANDB_DIR"}
+
+
+@contextmanager
+def training_logs(report_to: str, out_dir: Path) -> Iterator[list[str]]:
+    """TRL's report_to for W8_REPORT_TO ([] for 'none', which the config checked is installed otherwise), with
+    tensorboard's and wandb's files in <out_dir>/logs unless their own env var names a folder."""
+    if report_to == "none":
+        yield []
+        return
+    name = LOG_DIR_ENV.get(report_to)
+    if name is None or os.environ.get(name):
+        yield [report_to]
+        return
+    os.environ[name] = str(Path(out_dir) / "logs")
+    try:
+        yield [report_to]
+    finally:
+        os.environ.pop(name, None)
+
+
 def progress_callback(name: str, total: int, done: int, keys: tuple[str, ...]):
     """A TrainerCallback drawing one tqdm bar: step k/n, the latest of `keys` from the logs, time left."""
     from tqdm.auto import tqdm
@@ -161,12 +186,12 @@ def quiet(trainer) -> None:
 
 
 def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: int, hp: Hparams,
-              seed: int = 0, gradient_checkpointing: bool = True) -> TrainResult:
+              seed: int = 0, gradient_checkpointing: bool = True, *, report_to: str) -> TrainResult:
     """TRL SFTTrainer on the rows' reference answers (loss on the answer only) -> global_step_<steps>/policy.
 
     `data` comes from harness.training_data.training_data_for (the run's knobs); hp from
     harness.hparams. Resumable: an export with N >= steps means done; a smaller N restarts from that export's
-    weights for the remaining steps (the optimizer state is not kept between runs).
+    weights for the remaining steps (the optimizer state is not kept between runs). report_to is W8_REPORT_TO.
     """
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -191,10 +216,10 @@ def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: i
                             "step_time_s": round(now - clock["t"], 2)})
                 clock["t"] = now
 
-    with scratch_dir(out_dir) as scratch:
+    with scratch_dir(out_dir) as scratch, training_logs(report_to, out_dir) as reporters:
         args = SFTConfig(output_dir=scratch, max_steps=steps - done, per_device_train_batch_size=hp.sft_batch,
                          learning_rate=hp.sft_lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-                         logging_steps=1, save_strategy="no", report_to=[], use_cpu=on_cpu(), seed=seed,
+                         logging_steps=1, save_strategy="no", report_to=reporters, use_cpu=on_cpu(), seed=seed,
                          max_length=None, completion_only_loss=True, dataloader_num_workers=0,
                          gradient_checkpointing=gradient_checkpointing, disable_tqdm=True, bf16=False, fp16=False)
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
@@ -264,12 +289,12 @@ def grpo_steps(train_count: int, epochs: int, max_steps: int) -> int:
 
 
 def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: int, max_completion_length: int,
-               hp: Hparams, seed: int = 0, gradient_checkpointing: bool = True) -> TrainResult:
+               hp: Hparams, seed: int = 0, gradient_checkpointing: bool = True, *, report_to: str) -> TrainResult:
     """TRL GRPOTrainer on CPU, reward = HarnessLegalityEnv.step -> global_step_N/policy + metrics.
 
     One prompt (train task) and hp.group_size sampled completions per step (3 to 3.5 minutes
     each on 2 CPU cores with 448-token completions); max_completion_length is the run's one
-    token budget (W8_OPERATOR_MAX_NEW_TOKENS). Resumable like train_sft.
+    token budget (W8_OPERATOR_MAX_NEW_TOKENS). Resumable like train_sft; report_to is W8_REPORT_TO.
     """
     from datasets import load_dataset
     from transformers import TrainerCallback
@@ -311,13 +336,13 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
     # One completion per forward/backward (micro batch 1, accumulated over the group): the logits of a
     # whole group (group x ~1.8k tokens x 49k vocab in float32) were most of a 12 GB peak; one optimizer
     # step per group, as before.
-    with scratch_dir(out_dir) as scratch:
+    with scratch_dir(out_dir) as scratch, training_logs(report_to, out_dir) as reporters:
         args = GRPOConfig(output_dir=scratch, max_steps=steps - done, per_device_train_batch_size=1,
                           gradient_accumulation_steps=hp.group_size,
                           num_generations=hp.group_size, max_completion_length=max_completion_length,
                           learning_rate=hp.grpo_lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
                           beta=hp.kl_coef, temperature=hp.grpo_temperature, logging_steps=1, save_strategy="no",
-                          report_to=[], use_cpu=on_cpu(), seed=seed, shuffle_dataset=True,
+                          report_to=reporters, use_cpu=on_cpu(), seed=seed, shuffle_dataset=True,
                           dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False,
                           gradient_checkpointing=gradient_checkpointing, bf16=False, fp16=False)
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,

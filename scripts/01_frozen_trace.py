@@ -35,8 +35,9 @@ STEP = "01_frozen_trace"
 
 
 def body(cfg, run_dir: Path, args) -> StepResult:
-    task_files = write_task_files(cfg, run_dir)
+    # the traces first: their sandbox record is this process's, which the split check's programs would join
     paths = trace_frozen_to_files(cfg, run_dir, cfg.harness_model)
+    task_files = write_task_files(cfg, run_dir)
     summary = "; ".join(f"{path.name.removesuffix('_trace.json')}: {steps_summary(load_traces(path))}" for path in paths)
     return StepResult([path.name for path in paths] + task_files, summary,
                       extra={"sandbox": arm_sandbox(run_dir, "frozen")})

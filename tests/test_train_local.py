@@ -107,18 +107,13 @@ def tiny_rows(tmp_path: Path):
     return TrainingData(tmp_path / "train.parquet", tmp_path / "validation.parquet", tmp_path / "sft", 2, 2)
 
 
-@pytest.mark.slow
-def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2):
-    """Minimal sizes: a 2-layer model learns a one-line program by SFT, then one TRL GRPO step with
-    HarnessLegalityEnv.step as the reward moves its weights; a rerun resumes instead of retraining."""
+def tiny_model(tmp_path: Path, tokenizer_dir: str) -> str:
+    """A 2-layer Llama with SmolLM2's tokenizer, saved as an HF dir under tmp_path: trains in well under a second."""
     import torch
-    from safetensors.torch import load_file
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from harness.train_local import train_grpo, train_sft
-
     torch.set_num_threads(1)  # tiny ops: thread barriers cost more than they save on a busy CPU
-    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
@@ -126,13 +121,26 @@ def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2)
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     LlamaForCausalLM(config).save_pretrained(tmp_path / "tiny")
     tokenizer.save_pretrained(tmp_path / "tiny")
+    return str(tmp_path / "tiny")
+
+
+@pytest.mark.slow
+def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2):
+    """Minimal sizes: a 2-layer model learns a one-line program by SFT, then one TRL GRPO step with
+    HarnessLegalityEnv.step as the reward moves its weights; a rerun resumes instead of retraining."""
+    import torch
+    from safetensors.torch import load_file
+
+    from harness.train_local import train_grpo, train_sft
+
     data = tiny_rows(tmp_path / "data")
-    sft = train_sft(str(tmp_path / "tiny"), tmp_path / "sft", data, 100, replace(LOCAL, sft_lr=1e-2))
+    sft = train_sft(tiny_model(tmp_path, smollm2), tmp_path / "sft", data, 100, replace(LOCAL, sft_lr=1e-2),
+                    report_to="none")
     assert sft.policy_dir == tmp_path / "sft" / "global_step_100" / "policy"
     losses = [s["loss"] for s in json.loads(sft.metrics_path.read_text())["steps"]]
     assert losses[-1] < losses[0] / 5
     hp = replace(LOCAL, group_size=8, grpo_lr=1e-3, grpo_temperature=1.0)
-    grpo = train_grpo(str(sft.policy_dir), tmp_path / "grpo", data, 1, 32, hp)
+    grpo = train_grpo(str(sft.policy_dir), tmp_path / "grpo", data, 1, 32, hp, report_to="none")
     step = json.loads(grpo.metrics_path.read_text())["steps"][-1]
     assert step["reward_std"] > 0, "no reward variance in the group: the step could not learn"
     assert (step["prompts_zero_shot"], step["prompts_refine"]) == (1, 0)  # one zero-shot prompt, its group of 8
@@ -143,7 +151,7 @@ def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2)
     before = load_file(str(sft.policy_dir / "model.safetensors"))
     after = load_file(str(grpo.policy_dir / "model.safetensors"))
     assert any(not torch.equal(before[k], after[k]) for k in before)
-    again = train_grpo(str(sft.policy_dir), tmp_path / "grpo", data, 1, 32, hp)
+    again = train_grpo(str(sft.policy_dir), tmp_path / "grpo", data, 1, 32, hp, report_to="none")
     assert again.skipped and again.policy_dir == grpo.policy_dir
 
 

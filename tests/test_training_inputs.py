@@ -57,7 +57,7 @@ def test_the_refine_programs_file_holds_each_refinement_rows_program_source_and_
         assert (line["harvest"], line["node"], line["parent"]) == ("refine", source["node"], source["parent"])
         node = traces[line["task_id"]]["nodes"][line["parent"]]  # the harvest node that holds the program
         assert (node["code"], node["reward"]) == (line["code"], line["reward"])
-        assert line["seed"] >= 1000 and line["task_id"].startswith("train/")  # a harvest task, never held out
+        assert line["seed"] >= 1000 and line["task_id"].startswith("rule/train/")  # a harvest task, never held out
 
 
 def test_a_cut_harvest_record_is_named_and_harvested_again_from_its_saved_searches(tmp_path, capsys):
@@ -122,7 +122,7 @@ def test_a_halved_refine_parquet_is_named_and_rebuilt_by_redoing_step_03(tmp_pat
     assert output_problems(run_dir, "03_grpo") == [problem] and not step_is_done(run_dir, "03_grpo")
     redo = step()
     assert redo.returncode == 0, redo.stderr
-    assert redo.stdout.splitlines()[0] == f"[03_grpo] {problem}: redoing the step"
+    assert redo.stdout.splitlines()[1] == f"[03_grpo] {problem}: redoing the step"  # after the no-preset line
     assert parquet.read_bytes() == whole and output_problems(run_dir, "03_grpo") == []
 
     # a harvest record changed but still JSON: named, removed and rebuilt from the saved searches, not read
@@ -133,7 +133,7 @@ def test_a_halved_refine_parquet_is_named_and_rebuilt_by_redoing_step_03(tmp_pat
     record.write_text(json.dumps(forged))
     again = step()
     assert again.returncode == 0, again.stderr
-    assert again.stdout.splitlines()[0].startswith("[03_grpo] harvest/refine.json: ")
+    assert again.stdout.splitlines()[1].startswith("[03_grpo] harvest/refine.json: ")
     assert json.loads(record.read_text())["traces"] == harvested["traces"]
     assert parquet.read_bytes() == whole
     assert "complete, skipped" in step().stdout

@@ -14,7 +14,7 @@ from harness.hparams import LOCAL, SKYRL, for_config, hparams_record
 from harness.rewards import RewardKnobs
 from harness.train_local import scratch_dir
 from harness.traces import planned_arms, search_plan
-from harness.training_data import prepare_training_data, sft_target_of_config
+from harness.training_data import prepare_training_data, sft_target_label, sft_target_of_config
 
 REWARD = RewardKnobs(0.2, 0.9, 2.0, "local")
 
@@ -53,9 +53,11 @@ def test_sft_rows_apart_from_grpo_prompts(tmp_path):
     assert data.n_train == 4 and len(rows) == 2
     same = prepare_training_data(4, 8, tmp_path / "b", "compact", REWARD, 0, PAGE)
     assert len((same.sft_dir / "train.jsonl").read_text().splitlines()) == 4  # 0: the GRPO prompts' tasks
-    assert sft_target_of_config(load_config(env={})) == "compact"
-    assert sft_target_of_config(load_config(env={"W8_BACKEND": "skyrl"})) == "oracle"
-    assert sft_target_of_config(load_config(env={"W8_BACKEND": "skyrl", "W8_SFT_TARGET": "compact"})) == "compact"
+    page = {"W8_SPLIT": "page"}  # the target by name; under the rule split it is that program without H (below)
+    assert sft_target_of_config(load_config(env=page)) == "compact"
+    assert sft_target_of_config(load_config(env={**page, "W8_BACKEND": "skyrl"})) == "oracle"
+    assert sft_target_of_config(load_config(env={**page, "W8_BACKEND": "skyrl", "W8_SFT_TARGET": "compact"})) == "compact"
+    assert sft_target_label(load_config(env={})) == "compact without pointer, fill_editable"
 
 
 def test_scratch_folder_is_emptied_at_start_and_removed_on_error(tmp_path):

@@ -67,7 +67,8 @@ def node0_table(cfg, tasks, reward: RewardKnobs, steps_list: list[int], out: Pat
     hp = for_config(cfg)
     for steps in steps_list:
         start = time.monotonic()
-        sft = train_sft(str(resolve_model(cfg.harness_model)), out / "sft", data, steps, hp)
+        sft = train_sft(str(resolve_model(cfg.harness_model)), out / "sft", data, steps, hp,
+                        report_to=cfg.report_to)
         op = HFOperator(str(sft.policy_dir), cfg.operator_max_new_tokens, cfg.operator_temperature)
         gold = valid = 0
         rewards = []
