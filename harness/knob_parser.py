@@ -20,7 +20,11 @@ from typing import Sequence
 
 class KnobParser(argparse.ArgumentParser):
     """The numbered scripts' parser: a bad command line is one line, not the usage of every knob's flag, and a
-    mistyped flag names the closest one (exit 2, as argparse)."""
+    mistyped flag names the closest one (exit 2, as argparse). No abbreviations: `--trace-seed 2` would otherwise
+    be taken silently as --trace-seeds."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})
 
     def parse_args(self, args=None, namespace=None):  # noqa: D102 (argparse's own)
         namespace, extras = self.parse_known_args(args, namespace)

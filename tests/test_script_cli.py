@@ -5,6 +5,7 @@ as every preset runs it."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,22 @@ def test_a_mistyped_flag_of_a_numbered_script_is_one_line_naming_the_closest_fla
     assert proc.stderr.splitlines() == [f"error: scripts/{script}.py: --trace-sedds: unknown flag; did you mean "
                                         "--trace-seeds? (--help lists the flags)"]
     assert not any(tmp_path.iterdir())  # refused before a run folder was made
+
+
+def test_a_prefix_of_a_flag_is_no_abbreviation_of_it():
+    parser = KnobParser(prog="scripts/01_frozen_trace.py")
+    add_flags(parser)
+    assert parser.parse_args(["--trace-seeds", "2"]).trace_seeds == "2"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--trace-seed", "2"])  # argparse's default would read it as --trace-seeds
+
+
+def test_no_bench_script_is_left_beside_the_pipeline_and_the_makefile_runs_them_from_scripts_bench():
+    assert not list((REPO / "scripts").glob("bench_*.py"))
+    makefile = (REPO / "Makefile").read_text()
+    named = set(re.findall(r"scripts/bench/(bench_\w+\.py)", makefile))
+    assert named and all((REPO / "scripts" / "bench" / name).is_file() for name in named)
+    assert "scripts/bench_" not in makefile
 
 
 def test_step_05s_own_flag_is_offered_too():
