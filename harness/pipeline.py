@@ -127,6 +127,8 @@ def check_task_sizes(cfg: Config) -> None:
     """Task sizes and counts the snapshot can serve, checked before anything starts (a model loads, a folder
     appears)."""
     design = Design.of(cfg)
+    if cfg.curriculum == "repair" and design.kind != "rule":
+        raise ConfigError("W8_CURRICULUM=repair: repair tasks are made under the rule split; set W8_SPLIT=rule")
     pages = n_pages("heldout", design=design)
     if cfg.trace_tasks > pages:
         raise ConfigError(f"W8_TRACE_TASKS={cfg.trace_tasks}: the held-out split ({design.kind}) can give {pages} "

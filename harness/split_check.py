@@ -34,7 +34,9 @@ from harness.failures import failure_candidates, select_failures
 from harness.interface import extract_code
 from harness.operators import DeterministicOperator
 from harness.oracle import sft_target_source
+from harness.repair import RepairError, RepairKnobs, counts, make_repair_tasks, record
 from harness.rewards import score_harness
+from harness.run_folder import StepError
 from harness.rule_split import Design, compact_program, depends_on, restricted_rules
 from harness.rules import compose_program
 from harness.traces import trace_tasks
@@ -134,6 +136,30 @@ def write_task_files(cfg: Any, run_dir: Path) -> list[str]:
     atomic_write_json(Path(run_dir) / "split_check.json", check_split(design, heldout, train,
                                                                       cfg.harness_gold_threshold, cfg.sandbox))
     return ["heldout_tasks.jsonl", "split_check.json"]
+
+
+def curriculum_of(cfg: Any) -> str:
+    """W8_CURRICULUM resolved: auto is repair under the rule split and none under the page split."""
+    return cfg.curriculum if cfg.curriculum != "auto" else ("repair" if cfg.split == "rule" else "none")
+
+
+def write_repair_files(cfg: Any, run_dir: Path) -> list[str]:
+    """Under the repair curriculum: <run>/repair_heldin.jsonl (the held-in repair benchmark, one task a line) and
+    <run>/repair_counts.json (tasks per family and side, balanced-accuracy spreads, the knobs they were made
+    with): step 01's outputs, so they reach results/<run-id>/ (the train tasks stay under .w8-biayn/repair/)."""
+    if curriculum_of(cfg) != "repair":
+        return []
+    design = Design.of(cfg)
+    try:
+        train, heldin = make_repair_tasks(design, RepairKnobs.from_config(cfg))
+    except RepairError as err:
+        raise StepError(str(err)) from None
+    atomic_write_text(Path(run_dir) / "repair_heldin.jsonl",
+                      "".join(json.dumps(t.to_json(), sort_keys=True) + "\n" for t in heldin))
+    atomic_write_json(Path(run_dir) / "repair_counts.json",
+                      {"made_with": record(RepairKnobs.from_config(cfg), design), "train_tasks": len(train),
+                       "heldin_tasks": len(heldin), "families": counts(train + heldin)})
+    return ["repair_heldin.jsonl", "repair_counts.json"]
 
 
 def write_sft_target(cfg: Any, run_dir: Path) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.pipeline import StepResult, run_step  # noqa: E402
-from harness.split_check import write_task_files  # noqa: E402
+from harness.split_check import write_repair_files, write_task_files  # noqa: E402
 from harness.traces import arm_sandbox, load_traces, steps_summary, trace_frozen_to_files  # noqa: E402
 
 STEP = "01_frozen_trace"
@@ -37,7 +37,7 @@ STEP = "01_frozen_trace"
 def body(cfg, run_dir: Path, args) -> StepResult:
     # the traces first: their sandbox record is this process's, which the split check's programs would join
     paths = trace_frozen_to_files(cfg, run_dir, cfg.harness_model)
-    task_files = write_task_files(cfg, run_dir)
+    task_files = write_task_files(cfg, run_dir) + write_repair_files(cfg, run_dir)
     summary = "; ".join(f"{path.name.removesuffix('_trace.json')}: {steps_summary(load_traces(path))}" for path in paths)
     return StepResult([path.name for path in paths] + task_files, summary,
                       extra={"sandbox": arm_sandbox(run_dir, "frozen")})
