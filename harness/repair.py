@@ -59,20 +59,22 @@ VERB_SETS = (("click",), ("click", "dblclick"), ("hover",), ("press",), ("focus"
              ("press", "focus"), ("dblclick",), ("hover", "focus"), ("click", "press"), ("dblclick", "hover"),
              ("focus", "click"))
 # Subjects of the real-property and role families, split between training and the held-in benchmark
-# (disjoint: the benchmark's families are ones training never sees). Chosen where the snapshot serves them.
+# (disjoint: the benchmark's families are ones training never sees), chosen where the snapshot serves them.
+# An absence rule's failures show lines *without* its property, and the refinement prompt shows no other line,
+# so its property must be one the system prompt names (clickable); a made-up property is always a presence.
 SUBJECTS = {
     "train": {"role": ("button", "textbox", "tab", "LabelText", "link", "listitem", "paragraph", "option"),
               "present": ("clickable", "focusable=True", "selected=False", "expanded=False", "multiline=False",
                           "level=1"),
-              "absent": ("clickable", "focusable=True")},
+              "absent": ("clickable",)},
     "heldin": {"role": ("image", "SvgRoot", "checkbox", "cell"),
                "present": ("invalid='false'", "settable=True", "checked='false'"),
-               "absent": ("invalid='false'",)},
+               "absent": ()},
 }
 # Made-up names: training's from one alphabet, the benchmark's always hold a letter training's never use.
 NAME_LETTERS = {"train": ("bdfgklmnprstvz", "aeiou", ""), "heldin": ("bdfgklmnprstvzcjqwx", "aeiouy", "cjqwx")}
-MADEUP_FORMS = {"train": ("{}=True", "{}"), "heldin": ("{}=True", "{}", "{}='yes'")}
-PRESENT_SHARE, ABSENT_SHARE = (0.2, 0.5), (0.5, 0.8)  # share of element lines a made-up property is written on
+MADEUP_FORMS = {"train": ("{}=True", "{}", "{}='on'"), "heldin": ("{}=True", "{}", "{}='yes'")}
+PRESENT_SHARE = (0.2, 0.5)  # share of element lines a made-up property is written on
 MAX_TRIES_PER_OBS = 4  # train tasks (other draws) one observation may give a family; held-in: one (independent tasks)
 _BID_LINE = re.compile(r"^\s*\[[^\]]+\] ")
 
@@ -103,7 +105,7 @@ class RepairKnobs:
 class Family:
     """A rule family: real (a check of the warm-start's program left out) or synthetic (verbs + predicate)."""
 
-    kind: str  # real | role | present | absent | madeup-present | madeup-absent
+    kind: str  # real | role | present | absent | madeup-present
     verbs: tuple[str, ...] = ()
     subject: str = ""  # the real family's name, a role, a property text, or a made-up form such as "{}=True"
 
@@ -212,7 +214,7 @@ def families_for(side: str, design: Design, knobs: RepairKnobs) -> list[Family]:
     ones up to their share, made-up ones for the rest, so the made-up share is at least W8_REPAIR_MADEUP_SHARE)."""
     banned = excluded_attributes(design.heldout_rules)
     rng = random.Random(f"repair-families:{knobs.seed}:{side}")
-    madeup = [Family(k, v, f) for k in ("madeup-present", "madeup-absent") for v in VERB_SETS for f in MADEUP_FORMS[side]]
+    madeup = [Family("madeup-present", v, f) for v in VERB_SETS for f in MADEUP_FORMS[side]]
     named = [Family(k, v, s) for k, subjects in SUBJECTS[side].items() for s in subjects for v in VERB_SETS
              if not any(b in s for b in banned)]
     rng.shuffle(madeup)
@@ -340,7 +342,7 @@ def _one_task(side: str, family: Family, record: dict, examples: list[Example], 
         parent, prop = compact_program(design.heldout_rules), family.subject
         if family.madeup:
             prop = family.subject.format(madeup_name(side, state, rng))
-            share = rng.uniform(*(PRESENT_SHARE if family.kind == "madeup-present" else ABSENT_SHARE))
+            share = rng.uniform(*PRESENT_SHARE)
             state = write_property(state, prop, share, rng)
         reference = splice(parent, guard(family.verbs, family.kind, prop))
     required, rest = _split_examples(family, prop, examples, state, parent, programs)

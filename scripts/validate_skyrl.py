@@ -12,7 +12,8 @@ with SkyRL's own config classes and start-up checks (SkyRLTrainConfig.from_cli_o
 validate_cfg, SFTConfig + validate_sft_cfg + the SFT trainer's batch check), plus dataset
 size vs train_batch_size, the longest real prompt vs max_prompt_length and
 max_generate_length vs W8_OPERATOR_MAX_NEW_TOKENS; with the refine or self arm, their GRPO render
-on a mixed parquet of zero-shot and refinement rows (stand-in parents, see refine_stand_in). Several-node shapes get a placeholder
+on a mixed parquet of zero-shot and refinement rows (stand-in parents, see refine_stand_in); under the
+repair curriculum, the repair tasks' refinement rows (validate_repair). Several-node shapes get a placeholder
 bucket (they need W8_BUCKET). Each shape's two override lists are written to --out, one
 override a line. The model is W8_HARNESS_MODEL when it names a GPU model, else
 Qwen/Qwen2.5-Coder-1.5B-Instruct. Exits 1 with the reason on the last stderr line. Ends with
@@ -30,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.config import ConfigError, load_config  # noqa: E402
 from harness.dataset import DatasetError  # noqa: E402
+from harness.repair import RepairError  # noqa: E402
+from harness.split_check import curriculum_of  # noqa: E402
 from harness.skyrl_config import (SkyRLConfigError, measure_lengths, render_all, training_data_for,  # noqa: E402
                                   validate_overrides, write_overrides)
 
@@ -95,6 +98,36 @@ def validate_refine(cfg, model: str, data, out: Path) -> str:
             f"{s['max_prompt_length']}, batch {s['train_batch_size']}/{s['mini_batch']}/{s['micro']}")
 
 
+def validate_repair(cfg, model: str, data, out: Path) -> str:
+    """The repair curriculum's GRPO rows (harness.repair_rows: each train repair task's parent with the failures
+    the search shows) on a sample of two tasks per family, repeated to W8_TRAIN_COUNT rows: read back as SkyRL
+    reads them, through the env's refinement path (reference gold and improved, parent unchanged penalised),
+    and rendered through SkyRL's checks (the longest repair prompt sets max_prompt_length)."""
+    import dataclasses
+
+    from harness.repair import RepairKnobs, make_side
+    from harness.repair_rows import check_repair_rows, repair_refine_rows
+    from harness.rewards import RewardKnobs
+    from harness.rule_split import Design
+    from harness.training_data import write_parquet_rows
+
+    tasks = make_side("train", Design.of(cfg), dataclasses.replace(RepairKnobs.from_config(cfg), tasks_per_family=2))
+    reward = dataclasses.replace(RewardKnobs.from_config(cfg), sandbox="local")  # the node's sandbox is local too
+    rows = repair_refine_rows(tasks, reward, cfg.refine_improvement_bonus, cfg.refine_identical_penalty)
+    pool = [rows[i % len(rows)] for i in range(max(cfg.train_count, len(rows)))]
+    path = write_parquet_rows(pool, out / "repair-data" / "train.parquet")
+    checked = check_repair_rows(path, tasks)
+    repair = dataclasses.replace(data, train_parquet=path, n_train=len(pool))
+    lengths = measure_lengths(model, repair)
+    rendered = render_all(cfg, model, out / "run", data_dir=None, lengths=lengths, grpo_name="repair", data=repair)
+    write_overrides(out / "skyrl_grpo_overrides-repair.txt", rendered.grpo)
+    s = validate_overrides(rendered.grpo, rendered.sft, lengths, cfg.operator_max_new_tokens)
+    return (f"repair curriculum: {len(rows)} refinement rows (2 tasks x {len({t.family for t in tasks})} families) "
+            f"as {len(pool)} GRPO rows: SkyRL's columns, the env's refinement path (reference "
+            f"{checked['reference_reward']:.2f}, parent unchanged {checked['parent_reward']:.2f}), max_prompt_length "
+            f"{s['max_prompt_length']}, batch {s['train_batch_size']}/{s['mini_batch']}/{s['micro']}")
+
+
 def validate_shape(cfg, model: str, acc: str, nodes: int, lengths, data_dir, out: Path, extra: list[str]) -> str:
     shaped = cfg.replace(accelerators=acc, num_nodes=nodes, bucket=cfg.bucket or (PLACEHOLDER_BUCKET if nodes > 1
                                                                                    else ""))
@@ -129,7 +162,9 @@ def main(argv: list[str] | None = None) -> int:
                  for acc, nodes in shapes]
         if cfg.refine_arm or cfg.self_arm:
             lines.append(validate_refine(cfg, model, data, args.out))
-    except (ConfigError, SkyRLConfigError, DatasetError) as err:
+        if curriculum_of(cfg) == "repair":
+            lines.append(validate_repair(cfg, model, data, args.out))
+    except (ConfigError, SkyRLConfigError, DatasetError, RepairError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     for line in lines:

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 from harness.config import load_config
-from harness.failures import failures_to_show
 from harness.operators import Generation, Operator
 from harness.prompts import build_refine_prompt
 from harness.repair import (ANCHOR, FAMILY_ATTRIBUTES, NAME_LETTERS, SUBJECTS, RepairError, RepairKnobs, RepairTask,
@@ -119,16 +118,17 @@ def test_parents_below_gold_references_gold_in_the_sandbox():
         assert parent.balanced_accuracy == pytest.approx(t.parent_balanced_accuracy, abs=1e-6)
 
 
-def test_the_made_up_property_is_in_the_first_refinement_prompt():
-    """The operator sees the parent as the search shows it, and the failures carry the rule's property."""
-    train, _ = small()
-    made_up = [t for t in train if t.madeup and "present" in t.family]
-    assert made_up
-    for t in made_up[:3]:
-        score = score_harness(t.parent, t.task.examples, REWARD.recall_weight, REWARD.timeout_s, sandbox="local")
-        shown = failures_to_show(score, t.task.examples)
-        prompt = build_refine_prompt(t.task, t.parent, shown)[1]["content"]
-        assert t.property in prompt and "Current harness:" in prompt
+def test_the_rule_s_property_is_in_the_first_refinement_prompt():
+    """The operator sees the parent as the search shows it, and the prompt names what the rule tests: on the
+    failures' lines (a role, a property present, a made-up one), or in the system prompt (an absence rule)."""
+    from harness.repair_rows import parent_as_shown
+    train, heldin = small()
+    for t in [t for t in train + heldin if t.synthetic]:
+        _, shown = parent_as_shown(t, REWARD)
+        system, user = build_refine_prompt(t.task, t.parent, shown)
+        assert "Current harness:" in user["content"] and t.parent.strip() in user["content"]
+        where = system["content"] if "absent" in t.family else user["content"].split("It is wrong on these")[1]
+        assert t.property in where, t.task.task_id
 
 
 def test_same_knobs_same_tasks_and_the_seed_changes_them():
@@ -240,3 +240,23 @@ def test_report_refuses_the_page_split(tmp_path):
                          env={"PATH": "/usr/bin:/bin", "W8_SPLIT": "page"}, capture_output=True, text=True, timeout=60)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "W8_SPLIT=rule" in run.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_repair_rows_read_back_through_the_env(tmp_path):
+    """The GRPO rows of repair tasks as SkyRL reads them: schema, the env's refinement path, reference vs parent."""
+    from harness.repair_rows import check_repair_rows, repair_refine_rows, repair_sft_rows
+    from harness.training_data import skyrl_row, write_parquet_rows
+    train, _ = small()
+    tasks = [train[0], next(t for t in train if t.madeup)]
+    rows = repair_refine_rows(tasks, REWARD, 0.2, 0.2)
+    path = write_parquet_rows(rows, tmp_path / "train.parquet")
+    checked = check_repair_rows(path, tasks)
+    assert checked["rows"] == 2 and checked["reference_reward"] > 1.0 > checked["parent_reward"]
+    info = rows[1]["extra_info"]
+    assert info["prompt_kind"] == "refine" and info["parent_code"] == tasks[1].parent
+    assert tasks[1].property in rows[1]["prompt"][1]["content"]
+    sft = repair_sft_rows(tasks[1:], REWARD)
+    assert sft[0]["messages"][-1]["content"].startswith("```python\n" + tasks[1].reference[:20])
+    zero = write_parquet_rows([skyrl_row(tasks[0].task, REWARD)], tmp_path / "zero.parquet")
+    with pytest.raises(Exception, match="not a refinement row"):
+        check_repair_rows(zero, tasks)
