@@ -42,7 +42,7 @@ from typing import Any, Sequence
 from harness.arms import BY_NAME, colour, comparisons
 from harness.dataset import is_balanced, min_class_count
 from harness.files import atomic_write_json
-from harness.plots import LINE_STYLES, fit_y, save, titled
+from harness.plots import LINE_STYLES, fit_y, node_axis, save, titled
 from harness.search import load_trace, steps_to_first_gold
 from harness.search_stats import (CURVE_RESAMPLES, budget_curve, first_gold_both, refinement_stats, search_ledger,
                                   token_curve)
@@ -380,7 +380,6 @@ def trace_figure(arms: dict[str, list[dict[str, Any]]], resamples: int = 2000):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.4))
     rng, names, drawn = random.Random(BOOTSTRAP_SEED), list(arms), {ax: [] for ax in (ax1, ax2, ax3)}
@@ -389,7 +388,8 @@ def trace_figure(arms: dict[str, list[dict[str, Any]]], resamples: int = 2000):
         style = {"linestyle": LINE_STYLES[i % len(LINE_STYLES)], "color": colour(arm, names),
                  "linewidth": max(0.8, 3.6 - 0.5 * i)}  # each later arm narrower, on top: lines that coincide show
         solved = solved_by_node(traces)
-        ax1.step(range(len(solved)), solved, where="post", label=f"{arm} ({len(traces)} searches)", **style)
+        ax1.step(range(len(solved)), solved, where="post", label=f"{arm} ({len(traces)} searches)",
+                 marker="o" if len(solved) == 1 else None, **style)  # one node: a point, not a line
         mean, lo, hi = accuracy_band(traces, rng, resamples)
         ax2.plot(range(len(mean)), mean, marker="o", ms=3, **style)
         ax2.fill_between(range(len(mean)), lo, hi, alpha=0.2, color=style["color"])
@@ -409,7 +409,7 @@ def trace_figure(arms: dict[str, list[dict[str, Any]]], resamples: int = 2000):
         ax.set_ylabel(ylabel, fontsize=9)
         titled(ax, title, fit_y(ax, drawn[ax], also))
     for ax in (ax1, ax2):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        node_axis(ax, max(t["knobs"]["max_iterations"] for traces in arms.values() for t in traces))
     handles = [*ax1.get_legend_handles_labels()[0], *ax2.get_legend_handles_labels()[0]]
     fig.tight_layout()
     fig.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 0.92), frameon=False)

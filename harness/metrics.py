@@ -20,6 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.files import atomic_path, atomic_write_json
+from harness.plots import fit_y, titled
+
+SHARES = ("balanced_accuracy", "valid_rate", "zero_variance_groups")  # in 0-1: their y-range shows the data (fit_y)
+
 
 def write_metrics(out_dir: Path, kind: str, steps: list[dict[str, Any]], meta: dict[str, Any]) -> Path:
     """metrics.json (one record per step + the run's settings) and metrics.png next to it."""
@@ -35,6 +39,7 @@ def plot_metrics(steps: list[dict[str, Any]], png: Path, title: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     keys = [k for k in ("reward_mean", "balanced_accuracy", "valid_rate", "zero_variance_groups", "loss", "kl")
             if any(s.get(k) is not None for s in steps)]
@@ -46,9 +51,12 @@ def plot_metrics(steps: list[dict[str, Any]], png: Path, title: str) -> None:
             stds = [s.get("reward_std") or 0.0 for s in steps if s.get(key) is not None]
             ax.fill_between([p[0] for p in pts], [p[1] - d for p, d in zip(pts, stds)],
                             [p[1] + d for p, d in zip(pts, stds)], alpha=0.2)
-        ax.set_title(key, fontsize=9)
+        titled(ax, key, fit_y(ax, [p[1] for p in pts]) if key in SHARES else "")
         ax.set_xlabel("step", fontsize=8)
-    fig.suptitle(title, fontsize=10)
+        ax.set_xlim(pts[0][0] - 0.4, max(pts[-1][0], pts[0][0] + 1) + 0.4)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    # the trainer's kind and the folder it trained into: grpo_only's, refine's and self's GRPO say which arm they are
+    fig.suptitle(title if title == Path(png).parent.name else f"{title}: {Path(png).parent.name}", fontsize=10)
     fig.tight_layout()
     with atomic_path(png) as tmp:
         fig.savefig(tmp, dpi=90)

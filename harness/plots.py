@@ -104,6 +104,14 @@ def fit_y(ax, values: Sequence[float], also: Sequence[float] = ()) -> str:
     return "" if (low, high) == (0.0, 1.0) else f"y-axis cut to {low:.2f}-{high:.2f} of the full 0-1"
 
 
+def node_axis(ax, last: int) -> None:
+    """Integer node ticks over 0..last, at least 0..1 so a budget of 0 does not get fractional ticks."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlim(-0.4, max(1, last) + 0.4)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def titled(ax, title: str, note: str) -> None:
     ax.set_title(title + (f"\n({note})" if note else ""), fontsize=9)
 
@@ -130,7 +138,6 @@ def budget_figure(curves: dict[str, dict[str, Any]], budget: int | None = None):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     shape = lambda c: (c["k"], [c["solved"], c["lo"], c["hi"]])  # noqa: E731
@@ -142,7 +149,7 @@ def budget_figure(curves: dict[str, dict[str, Any]], budget: int | None = None):
     ax.set_ylabel(f"share of the {n} held-out tasks solved by node k")
     note = fit_y(ax, [v for c in curves.values() for v in (*c["solved"], *c["lo"], *c["hi"])] or [0.0])
     titled(ax, "Solved by budget (95% bands: tasks resampled; a mark on a shared line: where that arm ends)", note)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    node_axis(ax, max((c["k"][-1] for c in curves.values()), default=0))
     place_legend(ax)
     return fig
 
