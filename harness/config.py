@@ -132,6 +132,9 @@ KNOBS: tuple[Knob, ...] = (
     _knob("grpo_max_steps", int, 0, "cap on GRPO steps (local: one train task each; skyrl: trainer.max_training_steps); "
           "0 = no cap",
           int_range(0)),
+    _knob("train_seed", int, 0, "seed of the local trainers (SFT and GRPO: data order, sampling, initial torch "
+          "state); recorded in run_config.json, so two training seeds tell training noise from an arm's effect",
+          int_range(0)),
     _knob("report_to", str, "none", "the local trainer's logs, TRL's report_to: none | tensorboard (into <run>/<training>"
           "/logs) | wandb | mlflow | trackio; refused when that package is not installed, and on skyrl (SkyRL's "
           "trainer.logger logs there)", choice("none", *REPORT_TO_MODULES)),

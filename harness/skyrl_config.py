@@ -243,9 +243,9 @@ def render_all(cfg: Any, model: str, run_dir: str | Path, data_dir: str | Path,
     run_name = Path(run_dir).name or "w8-biayn-r3"
     grpo = render_grpo(model, plan, data, lengths, paths_for(cfg, run_dir, grpo_name), cfg.grpo_epochs,
                        cfg.operator_max_new_tokens, cfg.grpo_max_steps, run_name if grpo_name == "grpo" else
-                       f"{run_name}-{grpo_name}", hp)
+                       f"{run_name}-{grpo_name}", hp) + [f"trainer.seed={cfg.train_seed}"]  # W8_TRAIN_SEED
     sft = render_sft(model, plan, data, lengths, paths_for(cfg, run_dir, sft_name), max(1, cfg.harness_sft_steps),
-                     f"{run_name}-{sft_name}", hp)
+                     f"{run_name}-{sft_name}", hp) + [f"seed={cfg.train_seed}"]
     return Rendered(grpo, sft, plan, lengths, data)
 
 

@@ -57,14 +57,14 @@ class TrainResult:
 # TRL turns it off while GRPO generates, so sampling keeps its KV cache).
 
 
-def _load(model_path: str):
+def _load(model_path: str, seed: int):
     import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     quiet_transformers()  # no load/save bars or repeated advice: the trainer's one bar is the progress
     datasets.disable_progress_bars()  # "Tokenizing train dataset" bars of a few rows
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -204,7 +204,7 @@ def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: i
         return finished
     rows = [json.loads(line) for line in (data.sft_dir / "train.jsonl").read_text().splitlines() if line]
     dataset = Dataset.from_list([{"prompt": r["messages"][:-1], "completion": r["messages"][-1:]} for r in rows])
-    model, tokenizer = _load(start_path)
+    model, tokenizer = _load(start_path, seed)
     log: list[dict[str, Any]] = _prior_steps(out_dir) if done else []
     clock = {"t": time.monotonic()}
 
@@ -306,7 +306,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
         return finished
     check_skyrl_parquet(data.train_parquet)
     dataset = load_dataset("parquet", data_files=str(data.train_parquet), split="train")
-    model, tokenizer = _load(start_path)
+    model, tokenizer = _load(start_path, seed)
     generate_batches = count_generate_calls(model)
     _warn_if_answer_is_cut(tokenizer, data, max_completion_length)
     reward = EnvReward()

@@ -121,6 +121,10 @@ def test_render_all_follows_the_knobs(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "k")
     assert "trainer.logger=wandb" in render_all(cfg, cfg.harness_model, tmp_path / "r3-x", tmp_path / "rows",
                                                 LENGTHS).grpo
+    # W8_TRAIN_SEED seeds both SkyRL trainers, and SkyRL's own config classes take the keys
+    seeded = render_all(cfg.replace(train_seed=3), cfg.harness_model, tmp_path / "r3-x", tmp_path / "rows", LENGTHS)
+    assert "trainer.seed=3" in seeded.grpo and "seed=3" in seeded.sft and "trainer.seed=0" in rendered.grpo
+    validate_overrides(seeded.grpo, seeded.sft, LENGTHS, 2560)
 
 
 @pytest.mark.slow
