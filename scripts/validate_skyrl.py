@@ -86,13 +86,19 @@ def refine_stand_in(cfg, data, out: Path):
     return dataclasses.replace(data, train_parquet=path, n_train=len(rows)), mix
 
 
+def validate_grpo_rows(cfg, model: str, data, out: Path, name: str) -> dict:
+    """Other GRPO rows than the zero-shot ones rendered (one node of the knobs' shape) and through SkyRL's checks;
+    the longest of their prompts sets max_prompt_length. The overrides go to skyrl_grpo_overrides-<name>.txt."""
+    lengths = measure_lengths(model, data)
+    rendered = render_all(cfg, model, out / "run", data_dir=None, lengths=lengths, grpo_name=name, data=data)
+    write_overrides(out / f"skyrl_grpo_overrides-{name}.txt", rendered.grpo)
+    return validate_overrides(rendered.grpo, rendered.sft, lengths, cfg.operator_max_new_tokens)
+
+
 def validate_refine(cfg, model: str, data, out: Path) -> str:
     """The refine/self arms' GRPO render (one node of the knobs' shape) on their mixed parquet, through SkyRL's checks."""
     mixed, mix = refine_stand_in(cfg, data, out)
-    lengths = measure_lengths(model, mixed)
-    rendered = render_all(cfg, model, out / "run", data_dir=None, lengths=lengths, grpo_name="refine", data=mixed)
-    write_overrides(out / "skyrl_grpo_overrides-refine.txt", rendered.grpo)
-    s = validate_overrides(rendered.grpo, rendered.sft, lengths, cfg.operator_max_new_tokens)
+    s = validate_grpo_rows(cfg, model, mixed, out, "refine")
     return (f"refine/self GRPO on the mixed parquet ({mix['n_refine']} refinement + {mix['n_zero_shot']} zero-shot "
             f"rows, share {cfg.refine_share}; stand-in parents: the oracle program): max_prompt_length "
             f"{s['max_prompt_length']}, batch {s['train_batch_size']}/{s['mini_batch']}/{s['micro']}")
@@ -117,11 +123,7 @@ def validate_repair(cfg, model: str, data, out: Path) -> str:
     pool = [rows[i % len(rows)] for i in range(max(cfg.train_count, len(rows)))]
     path = write_parquet_rows(pool, out / "repair-data" / "train.parquet")
     checked = check_repair_rows(path, tasks)
-    repair = dataclasses.replace(data, train_parquet=path, n_train=len(pool))
-    lengths = measure_lengths(model, repair)
-    rendered = render_all(cfg, model, out / "run", data_dir=None, lengths=lengths, grpo_name="repair", data=repair)
-    write_overrides(out / "skyrl_grpo_overrides-repair.txt", rendered.grpo)
-    s = validate_overrides(rendered.grpo, rendered.sft, lengths, cfg.operator_max_new_tokens)
+    s = validate_grpo_rows(cfg, model, dataclasses.replace(data, train_parquet=path, n_train=len(pool)), out, "repair")
     return (f"repair curriculum: {len(rows)} refinement rows (2 tasks x {len({t.family for t in tasks})} families) "
             f"as {len(pool)} GRPO rows: SkyRL's columns, the env's refinement path (reference "
             f"{checked['reference_reward']:.2f}, parent unchanged {checked['parent_reward']:.2f}), max_prompt_length "
