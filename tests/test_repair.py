@@ -58,7 +58,8 @@ def check_no_heldout_attribute(tasks: list[RepairTask], heldout: tuple[str, ...]
             assert not depends_on(heldout, t.task.state, e.action), (t.task.task_id, e.action)
 
 
-@pytest.mark.parametrize("heldout", [("pointer", "fill_editable"), ("hidden", "disabled")])
+@pytest.mark.parametrize("heldout", [("pointer", "fill_editable"),
+                                     pytest.param(("hidden", "disabled"), marks=pytest.mark.slow)])
 def test_no_training_row_names_a_heldout_attribute(heldout):
     train, heldin = small(heldout)
     check_no_heldout_attribute(train, heldout)
@@ -131,6 +132,7 @@ def test_the_rule_s_property_is_in_the_first_refinement_prompt():
         assert t.property in where, t.task.task_id
 
 
+@pytest.mark.slow
 def test_same_knobs_same_tasks_and_the_seed_changes_them():
     a = make_side("heldin", DEFAULT, knobs_of(SMALL))
     b = make_side("heldin", DEFAULT, knobs_of(SMALL))
@@ -215,6 +217,7 @@ def test_rooted_operator_passes_other_requests_on():
     assert gens[1].text.startswith("```python\nx") and gens[2].completion_tokens == 20
 
 
+@pytest.mark.slow
 def test_report_and_outside_rescore(tmp_path):
     env = {"PATH": "/usr/bin:/bin", **{k: v for k, v in SMALL.items()}}
     run = subprocess.run([sys.executable, "scripts/repair_report.py", "--out", str(tmp_path)], cwd=ROOT, env=env,
