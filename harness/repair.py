@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import random
 import re
+from functools import lru_cache
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Sequence
 
@@ -35,26 +36,22 @@ from harness.oracle import parse_action
 from harness.rule_split import MIN_DEPENDENT, Design, compact_program
 
 ANCHOR = "    line = m.group(1)\n"  # the compact program's target-element slot: a guard goes right after it
-SIDES = ("train", "heldin")
 # The text a family's check tests, per holdable family: no training rule, answer or property names those of H.
 FAMILY_ATTRIBUTES = {"press_focus": (), "hidden": ("visible", "offscreen"), "pointer": ("zero_size", "covered"),
                      "disabled": ("disabled",), "fill_editable": ("editable", "readonly"),
                      "select_option": ("combobox", "listbox")}
 # The compact prelude's checks, each one early return: a real family's parent is the program without it.
-PRELUDE_CHECKS = {
-    "unknown_verb": '    if verb not in "click dblclick hover focus clear fill press select_option scroll noop".split():\n'
-                    '        return False\n',
-    "arg_count": '    if not n - (verb == "noop") <= len(args) <= n:\n        return False\n',
-    "scroll_noop": '    if verb in ("scroll", "noop"):\n        return True\n',
-    "unknown_bid": '    if not m:\n        return False\n',
-}
+PRELUDE_CHECKS = {"unknown_verb": '    if verb not in "click dblclick hover focus clear fill press select_option scroll '
+                  'noop".split():\n        return False\n',
+                  "arg_count": '    if not n - (verb == "noop") <= len(args) <= n:\n        return False\n',
+                  "scroll_noop": '    if verb in ("scroll", "noop"):\n        return True\n',
+                  "unknown_bid": '    if not m:\n        return False\n'}
 BLOCK_FAMILIES = ("press_focus", "hidden", "disabled", "select_option")  # the compact program's other blocks
 HELDIN_REAL = ("hidden",)  # left out on held-out pages only: training never sees it
 # malformed is not among them: its check is the parse's try/except, which every later line needs.
 REAL_PROPERTY = {"unknown_verb": ".split()", "arg_count": "len(args)", "scroll_noop": '"scroll", "noop"', "unknown_bid":
                  "if not m", "press_focus": '"press", "focus"', "hidden": "visible", "disabled": "disabled=True",
                  "select_option": "option %r"}
-
 VERB_SETS = (("click",), ("click", "dblclick"), ("hover",), ("press",), ("focus",), ("click", "dblclick", "hover"),
              ("press", "focus"), ("dblclick",), ("hover", "focus"), ("click", "press"), ("dblclick", "hover"),
              ("focus", "click"))
@@ -291,9 +288,12 @@ def target_lines(state: str) -> dict[str, str]:
     return out
 
 
+_parsed = lru_cache(maxsize=65536)(parse_action)  # the snapshot's ~12k action strings, parsed once
+
+
 def rule_fires(family: Family, prop: str, action: str, lines: dict[str, str]) -> bool:
     """The synthetic rule on one action: its verb is the family's and the target's line meets the predicate."""
-    parsed = parse_action(action)
+    parsed = _parsed(action)
     if not parsed or parsed[0] not in family.verbs or not parsed[1] or not isinstance(parsed[1][0], str):
         return False
     line = lines.get(parsed[1][0])
@@ -311,10 +311,11 @@ def _split_examples(family: Family, prop: str, examples: list[Example], state: s
     if family.synthetic:
         lines = target_lines(state)
         required, rest = [], []
-        for e in examples:
-            fires = e.legal and rule_fires(family, prop, e.action, lines)
-            relabeled = replace(e, state=state, legal=e.legal and not fires, dom_changed=e.dom_changed and not fires)
-            (required if fires else rest).append(relabeled)
+        for e in examples:  # the state is set on the drawn examples only (_one_task): thousands of copies saved
+            if e.legal and rule_fires(family, prop, e.action, lines):
+                required.append(replace(e, legal=False, dom_changed=False))
+            else:
+                rest.append(e)
         return required, rest
     wrong = [programs.verdict(parent, state, e.action) is not e.legal for e in examples]
     return [e for e, w in zip(examples, wrong) if w], [e for e, w in zip(examples, wrong) if not w]
@@ -351,6 +352,7 @@ def _one_task(side: str, family: Family, record: dict, examples: list[Example], 
     flipped = {e.action for e in required}
     if chosen is None or not _checked(chosen, flipped, family.synthetic, state, parent, reference, programs):
         return None
+    chosen = [e if e.state == state else replace(e, state=state) for e in chosen]
     parent_ba = balanced_accuracy(programs(parent), chosen)
     reference_ba = balanced_accuracy(programs(reference), chosen)
     if not parent_ba < knobs.gold_threshold <= reference_ba:
@@ -430,18 +432,14 @@ def counts(tasks: Sequence[RepairTask]) -> list[dict[str, Any]]:
     rows: dict[tuple[str, str], list[RepairTask]] = {}
     for t in tasks:
         rows.setdefault((t.side, t.family), []).append(t)
-    out = []
+    out, spread = [], lambda v: {"min": v[0], "median": v[len(v) // 2], "max": v[-1]}  # of sorted values
     for (side, family), group in rows.items():
         parents = sorted(t.parent_balanced_accuracy for t in group)
         refs = sorted(t.reference_balanced_accuracy for t in group)
         out.append({"side": side, "family": family, "source": "synthetic" if group[0].synthetic else "real",
                     "madeup": group[0].madeup, "tasks": len(group), "observations": len({t.task.obs_id for t in group}),
-                    "pages": len({t.task.page for t in group}), "parent_ba": _spread(parents), "reference_ba": _spread(refs)})
+                    "pages": len({t.task.page for t in group}), "parent_ba": spread(parents), "reference_ba": spread(refs)})
     return out
-
-
-def _spread(values: list[float]) -> dict[str, float]:  # sorted values
-    return {"min": values[0], "median": values[len(values) // 2], "max": values[-1]}
 
 
 def record(knobs: RepairKnobs, design: Design) -> dict[str, Any]:

@@ -29,7 +29,8 @@ from harness.training_data import training_data_for
 REPO = Path(__file__).resolve().parents[1]
 KNOBS = {"W8_RUN_ID": "r27", "W8_OPERATOR": "deterministic", "W8_SANDBOX": "local", "W8_TRACE_MAX_ITERATIONS": "2",
          "W8_TRACE_TASKS": "2", "W8_TRACE_EXAMPLES_PER_OBS": "8", "W8_TRAIN_COUNT": "1",
-         "W8_TRAIN_EXAMPLES_PER_OBS": "8"}
+         "W8_TRAIN_EXAMPLES_PER_OBS": "8", "W8_REPAIR_FAMILIES": "2", "W8_REPAIR_TASKS_PER_FAMILY": "2",
+         "W8_REPAIR_HELDIN_FAMILIES": "2", "W8_REPAIR_HELDIN_TASKS_PER_FAMILY": "2"}  # step 01's repair files, small
 
 
 @pytest.fixture
