@@ -27,12 +27,13 @@ from __future__ import annotations
 import math
 import random
 import re
-from functools import lru_cache
 from dataclasses import asdict, dataclass, replace
+from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 from harness.dataset import Example, Task, action_type, dependent_of, draw_holding, examples_of, load_snapshot
 from harness.oracle import parse_action
+from harness.rewards import score_predictions
 from harness.rule_split import MIN_DEPENDENT, Design, compact_program
 
 ANCHOR = "    line = m.group(1)\n"  # the compact program's target-element slot: a guard goes right after it
@@ -196,13 +197,8 @@ def verdict(fn: Callable[[str, str], Any], state: str, action: str) -> bool | No
 
 
 def balanced_accuracy(fn: Callable[[str, str], Any], examples: Sequence[Example]) -> float:
-    """(TPR + TNR) / 2; an exception or a non-bool counts as wrong (as the sandbox's scoring does)."""
-    hits = {True: [0, 0], False: [0, 0]}
-    for e in examples:
-        hits[e.legal][0] += verdict(fn, e.state, e.action) is e.legal
-        hits[e.legal][1] += 1
-    rates = [h / n for h, n in hits.values() if n]
-    return sum(rates) / len(rates) if rates else 0.0
+    """The reward arithmetic's balanced accuracy (harness.rewards) of an in-process program's verdicts."""
+    return score_predictions([verdict(fn, e.state, e.action) for e in examples], examples, 0.0).balanced_accuracy
 
 
 # ---- families ---------------------------------------------------------------------------------------------

@@ -156,10 +156,10 @@ def arm_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def paired(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], key: str = "first_refinement") -> dict[str, Any]:
     """Arm a against arm b over the same tasks: tasks a solves and b does not, the reverse, and the sign test."""
+    def solved(row: dict[str, Any]) -> bool:  # node 1 gold, or a gold node within the budget
+        return bool(row[key]) if key == "first_refinement" else row[key] is not None
     by_task = {r["task_id"]: r for r in b}
-    pairs = [(bool(r[key]) if key == "first_refinement" else r[key] is not None,
-              bool(by_task[r["task_id"]][key]) if key == "first_refinement" else by_task[r["task_id"]][key] is not None)
-             for r in a if r["task_id"] in by_task]
+    pairs = [(solved(r), solved(by_task[r["task_id"]])) for r in a if r["task_id"] in by_task]
     better = sum(x and not y for x, y in pairs)
     worse = sum(y and not x for x, y in pairs)
     p = sign_test(better, worse)

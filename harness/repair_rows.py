@@ -24,7 +24,7 @@ from harness.failures import failures_to_show
 from harness.prompts import build_refine_prompt
 from harness.repair import RepairTask
 from harness.rewards import RewardKnobs, Score, score_harness
-from harness.training_data import SKYRL_COLUMNS, check_skyrl_parquet, refine_row
+from harness.training_data import SKYRL_COLUMNS, check_skyrl_parquet, fenced_answer, refine_row
 
 
 def parent_as_shown(task: RepairTask, reward: RewardKnobs) -> tuple[Score, list[Any]]:
@@ -50,9 +50,8 @@ def repair_sft_rows(tasks: Sequence[RepairTask], reward: RewardKnobs) -> list[di
     rows = []
     for t in tasks:
         _, shown = parent_as_shown(t, reward)
-        answer = "```python\n" + t.reference.rstrip() + "\n```"
         rows.append({"messages": build_refine_prompt(t.task, t.parent, shown) + [{"role": "assistant",
-                                                                                   "content": answer}],
+                                                                                   "content": fenced_answer(t.reference)}],
                      "task_id": t.task.task_id})
     return rows
 
@@ -77,9 +76,8 @@ def check_repair_rows(path: str | Path, tasks: Sequence[RepairTask]) -> dict[str
     if task is None:
         raise DatasetError(f"{path}: row {first['extra_info']['task_id']} is none of the repair tasks")
     extras = {k: v for k, v in first.items() if k not in ("prompt", "env_class")}
-    fenced = "```python\n{}\n```"
-    reference = HarnessLegalityEnv(extras=extras).step(fenced.format(task.reference))
-    parent = HarnessLegalityEnv(extras=extras).step(fenced.format(task.parent))
+    reference = HarnessLegalityEnv(extras=extras).step(fenced_answer(task.reference))
+    parent = HarnessLegalityEnv(extras=extras).step(fenced_answer(task.parent))
     if not (reference.get("metadata", {}).get("gold") and reference.get("metadata", {}).get("improved")):
         raise DatasetError(f"{path}: the env does not score row {task.task.task_id}'s reference gold and improved "
                            f"({json.dumps(reference.get('metadata', {}), default=str)[:200]})")

@@ -150,9 +150,13 @@ def sft_row(task: Task, target: str) -> dict[str, Any]:
 def program_row(task: Task, code: str) -> dict[str, Any]:
     """One SFT row: the zero-shot prompt, then `code` in a python fence as the answer (the oracle's for the
     warm-start, a harvested program for the self arm's rejection-sampling rounds)."""
-    answer = "```python\n" + code.rstrip() + "\n```"
-    return {"messages": build_zero_shot_prompt(task) + [{"role": "assistant", "content": answer}],
+    return {"messages": build_zero_shot_prompt(task) + [{"role": "assistant", "content": fenced_answer(code)}],
             "task_id": task.task_id}
+
+
+def fenced_answer(code: str) -> str:
+    """An SFT row's answer: the program in one python fence."""
+    return "```python\n" + code.rstrip() + "\n```"
 
 
 def sft_target_for(backend: str) -> str:
