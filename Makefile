@@ -10,7 +10,7 @@ PY := $(VENV)/bin/python
 CHROMIUM ?= /usr/bin/chromium
 STAMP := $(VENV)/.installed
 
-.PHONY: help setup test test-slow harvest benchmark-report repair-report repair-eval bench-harvest search bench-search bench-sandbox
+.PHONY: help setup test test-slow harvest benchmark-report repair-report repair-eval bench-harvest search bench-search bench-sandbox bench-train
 
 help: ## list targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -76,6 +76,9 @@ bench-search: setup ## a 17-node deterministic search: wall time vs bare sandbox
 
 bench-sandbox: setup ## sandboxed programs/s vs a fresh interpreter per program and in-process exec
 	$(PY) scripts/bench/bench_sandbox.py
+
+bench-train: setup ## the trainers' speed: float32/bf16 autocast x gradient checkpointing on/off, repair SFT rows and a GRPO step of 8 (SFT part ~7 min on 2 quiet cores)
+	W8_PRESET=$${W8_PRESET:-study} $(PY) scripts/bench/bench_train_speed.py
 
 # ---- pipeline (r3) --------------------------------------------------------
 # SkyPilot lives in its own tool env: skypilot[gcp]==0.14.1 pins click/opentelemetry below what .venv needs.

@@ -135,6 +135,10 @@ KNOBS: tuple[Knob, ...] = (
     _knob("train_seed", int, 0, "seed of the local trainers (SFT and GRPO: data order, sampling, initial torch "
           "state); recorded in run_config.json, so two training seeds tell training noise from an arm's effect",
           int_range(0)),
+    _knob("train_precision", str, "auto", "the local trainers' arithmetic: auto (bf16 autocast when the CPU has "
+          "AVX512-BF16 or AMX, or on a CUDA GPU with bf16; float32 otherwise, where a bf16 matmul takes a slow "
+          "reference path) | float32 | bf16 (autocast: weights and optimizer state stay float32); recorded in each "
+          "trainer's metrics.json", choice("auto", "float32", "bf16")),
     _knob("report_to", str, "none", "the local trainer's logs, TRL's report_to: none | tensorboard (into <run>/<training>"
           "/logs) | wandb | mlflow | trackio; refused when that package is not installed, and on skyrl (SkyRL's "
           "trainer.logger logs there)", choice("none", *REPORT_TO_MODULES)),

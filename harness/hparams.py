@@ -27,9 +27,10 @@ class Hparams:
     kl_coef: float  # 0 = no KL term (and no reference model)
     eval_interval: int  # GRPO steps between evals on the held-out eval rows; 0 = none
     ckpt_interval: int  # GRPO steps between resumable checkpoints; 0 = export at the end only
+    gradient_checkpointing: bool  # recompute activations in the backward pass instead of keeping them
 
 
-# CPU, SmolLM2-135M, TRL, float32. A step must fit minutes on 2 cores.
+# CPU, SmolLM2-135M, TRL, bf16 autocast where the CPU has it (W8_TRAIN_PRECISION). A step must fit minutes on 2 cores.
 LOCAL = Hparams(
     sft_lr=1e-4,  # full fine-tune, AdamW, constant: moves a 135M model within 16 steps (16 rows)
     sft_batch=1,  # one ~1.3k-token row per step: ~18 s a step on 2 cores
@@ -40,6 +41,11 @@ LOCAL = Hparams(
     kl_coef=0.0,  # TRL then keeps no reference model: one forward pass less per step
     eval_interval=0,
     ckpt_interval=0,
+    gradient_checkpointing=False,  # measured on 2 cores with AVX512-BF16, raw torch, one 1500-token row, forward +
+                                   # backward + AdamW: bf16 autocast 6.8 s without it, 7.8 s with; float32 13-15 s
+                                   # without, 13 s with. The CPU's memory holds the activations: bench_memory.py, off,
+                                   # SFT 4.2 GB, GRPO (group 4) 5.3 GB peak. scripts/bench/bench_train_speed.py times
+                                   # it through TRL (docs/measurements.md)
 )
 
 # GPU node, Qwen2.5-Coder-1.5B, SkyRL (FSDP + vLLM), bf16.
@@ -52,6 +58,7 @@ SKYRL = Hparams(
     kl_coef=0.001,  # a light KL loss against the reference, SkyRL's default coefficient
     eval_interval=5,  # the 16 held-out eval rows every 5 steps (and before training: the first sandbox check)
     ckpt_interval=10,  # resumable FSDP checkpoints every 10 steps (a preempted run resumes from the latest)
+    gradient_checkpointing=True,  # SkyRL's default on the GPU node: a 1.5B model's activations against GPU memory
 )
 
 

@@ -2,7 +2,8 @@
 
     from harness.train_local import train_sft, train_grpo, grpo_steps
     data = training_data_for(cfg, run_dir / "data")          # harness.training_data
-    sft = train_sft(resolve_model("smollm2-135m"), run_dir / "sft", data, steps=16, hp=LOCAL, report_to="none")
+    sft = train_sft(resolve_model("smollm2-135m"), run_dir / "sft", data, steps=16, hp=LOCAL, report_to="none",
+                    precision="auto")             # W8_TRAIN_PRECISION: bf16 autocast where the CPU has it
     grpo = train_grpo(str(sft.policy_dir), run_dir / "grpo", data, grpo_steps(16, 1, 1), 448, LOCAL,
                       report_to="tensorboard")    # W8_REPORT_TO: TensorBoard files in run_dir/grpo/logs
 
@@ -48,13 +49,44 @@ class TrainResult:
 
 # ---- SFT ---------------------------------------------------------------------------------
 
-# Both trainers run in float32 (bf16=False): TRL's configs default to bf16=True, and on a CPU
-# without AVX512-BF16 a bf16 matmul takes a slow reference path (~0.3 GFLOP/s against ~80 in
-# float32 on this repo's 2-core test machine): a step then takes minutes instead of seconds.
+# Precision (W8_TRAIN_PRECISION, resolve_precision below): "bf16" is autocast, not a bf16 model. The model is
+# loaded in float32 and stays so (weights, gradients, AdamW state, exports); TRL's config gets bf16=True, and
+# accelerate wraps the model's forward in torch.autocast("cpu"/"cuda", bfloat16), so the matmuls of the forward
+# and backward passes, and of GRPO's generate (which calls that forward), run in bf16. On a CPU with AVX512-BF16
+# or AMX that is about twice as fast as float32; on a CPU without either a bf16 matmul takes a slow reference
+# path (~0.3 GFLOP/s against ~80 in float32 on a 2-core machine without it), so "auto" picks float32 there.
+# Gradient checkpointing (hp.gradient_checkpointing unless the caller says) recomputes activations in the
+# backward pass instead of keeping them: less peak memory for more compute. LOCAL has it off: with bf16 autocast
+# a step is faster without it, and the CPU's memory holds a 135M model's activations
+# (scripts/bench/bench_train_speed.py and bench_memory.py measure both; TRL turns it off while GRPO generates).
 # The hyperparameters are harness.hparams.LOCAL, passed in by the caller.
-# Gradient checkpointing is on by default: activations are recomputed in the backward pass instead of
-# kept, which cuts a step's peak memory for some extra compute (scripts/bench/bench_memory.py measures both;
-# TRL turns it off while GRPO generates, so sampling keeps its KV cache).
+PRECISIONS = ("auto", "float32", "bf16")
+
+
+def cpu_has_bf16(cpuinfo: str) -> bool:
+    """Whether /proc/cpuinfo's text lists a native bf16 matmul: the flag avx512_bf16 or amx_bf16."""
+    flags = {word for line in cpuinfo.splitlines() if line.startswith("flags") for word in line.split()}
+    return bool(flags & {"avx512_bf16", "amx_bf16"})
+
+
+def resolve_precision(name: str, cpuinfo: str | None = None, cuda: bool | None = None) -> str:
+    """W8_TRAIN_PRECISION -> "bf16" | "float32". auto: bf16 on CUDA when torch says it supports bf16, else on a
+    CPU whose flags (`cpuinfo`, default /proc/cpuinfo's text) list avx512_bf16 or amx_bf16; float32 otherwise.
+    `cuda` defaults to whether a GPU is there (the trainer's device, on_cpu)."""
+    if name not in PRECISIONS:
+        raise ValueError(f"precision {name!r}: expected one of {', '.join(PRECISIONS)}")
+    if name != "auto":
+        return name
+    if cuda if cuda is not None else not on_cpu():
+        import torch
+
+        return "bf16" if torch.cuda.is_bf16_supported() else "float32"
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    return "bf16" if cpu_has_bf16(cpuinfo) else "float32"
 
 
 def _load(model_path: str, seed: int):
@@ -186,12 +218,14 @@ def quiet(trainer) -> None:
 
 
 def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: int, hp: Hparams,
-              seed: int = 0, gradient_checkpointing: bool = True, *, report_to: str) -> TrainResult:
+              seed: int = 0, gradient_checkpointing: bool | None = None, *, report_to: str,
+              precision: str = "auto") -> TrainResult:
     """TRL SFTTrainer on the rows' reference answers (loss on the answer only) -> global_step_<steps>/policy.
 
     `data` comes from harness.training_data.training_data_for (the run's knobs); hp from
     harness.hparams. Resumable: an export with N >= steps means done; a smaller N restarts from that export's
-    weights for the remaining steps (the optimizer state is not kept between runs). report_to is W8_REPORT_TO.
+    weights for the remaining steps (the optimizer state is not kept between runs). report_to is W8_REPORT_TO,
+    precision W8_TRAIN_PRECISION (resolve_precision); gradient_checkpointing None means hp's.
     """
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -204,6 +238,8 @@ def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: i
         return finished
     rows = [json.loads(line) for line in (data.sft_dir / "train.jsonl").read_text().splitlines() if line]
     dataset = Dataset.from_list([{"prompt": r["messages"][:-1], "completion": r["messages"][-1:]} for r in rows])
+    precision = resolve_precision(precision)
+    checkpointing = hp.gradient_checkpointing if gradient_checkpointing is None else gradient_checkpointing
     model, tokenizer = _load(start_path, seed)
     log: list[dict[str, Any]] = _prior_steps(out_dir) if done else []
     clock = {"t": time.monotonic()}
@@ -221,7 +257,8 @@ def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: i
                          learning_rate=hp.sft_lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
                          logging_steps=1, save_strategy="no", report_to=reporters, use_cpu=on_cpu(), seed=seed,
                          max_length=None, completion_only_loss=True, dataloader_num_workers=0,
-                         gradient_checkpointing=gradient_checkpointing, disable_tqdm=True, bf16=False, fp16=False)
+                         gradient_checkpointing=checkpointing, disable_tqdm=True, bf16=precision == "bf16",
+                         fp16=False)
         trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                              callbacks=[StepLog(), progress_callback("SFT", steps, done, ("loss",))])
         quiet(trainer)
@@ -229,7 +266,8 @@ def train_sft(model_path: str, out_dir: str | Path, data: TrainingData, steps: i
     policy = export_policy(trainer.model, tokenizer, out_dir, steps)
     metrics = write_metrics(out_dir, "sft", log, {"model": shown_path(model_path, Path(out_dir).parent), "steps": steps,
                                                    "lr": hp.sft_lr, "batch_size": hp.sft_batch,
-                                                   "train_rows": len(rows)})
+                                                   "train_rows": len(rows), "precision": precision,
+                                                   "gradient_checkpointing": checkpointing})
     return TrainResult(policy, steps, metrics)
 
 
@@ -289,12 +327,14 @@ def grpo_steps(train_count: int, epochs: int, max_steps: int) -> int:
 
 
 def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: int, max_completion_length: int,
-               hp: Hparams, seed: int = 0, gradient_checkpointing: bool = True, *, report_to: str) -> TrainResult:
+               hp: Hparams, seed: int = 0, gradient_checkpointing: bool | None = None, *, report_to: str,
+               precision: str = "auto") -> TrainResult:
     """TRL GRPOTrainer on CPU, reward = HarnessLegalityEnv.step -> global_step_N/policy + metrics.
 
     One prompt (train task) and hp.group_size sampled completions per step (3 to 3.5 minutes
     each on 2 CPU cores with 448-token completions); max_completion_length is the run's one
-    token budget (W8_OPERATOR_MAX_NEW_TOKENS). Resumable like train_sft; report_to is W8_REPORT_TO.
+    token budget (W8_OPERATOR_MAX_NEW_TOKENS). Resumable like train_sft; report_to, precision and
+    gradient_checkpointing as there.
     """
     from datasets import load_dataset
     from transformers import TrainerCallback
@@ -306,6 +346,8 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
         return finished
     check_skyrl_parquet(data.train_parquet)
     dataset = load_dataset("parquet", data_files=str(data.train_parquet), split="train")
+    precision = resolve_precision(precision)
+    checkpointing = hp.gradient_checkpointing if gradient_checkpointing is None else gradient_checkpointing
     model, tokenizer = _load(start_path, seed)
     generate_batches = count_generate_calls(model)
     _warn_if_answer_is_cut(tokenizer, data, max_completion_length)
@@ -344,7 +386,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                           beta=hp.kl_coef, temperature=hp.grpo_temperature, logging_steps=1, save_strategy="no",
                           report_to=reporters, use_cpu=on_cpu(), seed=seed, shuffle_dataset=True,
                           dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False,
-                          gradient_checkpointing=gradient_checkpointing, bf16=False, fp16=False)
+                          gradient_checkpointing=checkpointing, bf16=precision == "bf16", fp16=False)
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
                               processing_class=tokenizer,
                               callbacks=[StepLog(), progress_callback("GRPO", steps, done, ("reward", "reward_std"))])
@@ -353,7 +395,8 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
     policy = export_policy(trainer.model, tokenizer, out_dir, steps)
     meta = {"model": shown_path(model_path, Path(out_dir).parent), "steps": steps, "group_size": hp.group_size, "lr": hp.grpo_lr,
             "beta": hp.kl_coef, "temperature": hp.grpo_temperature, "max_completion_length": max_completion_length,
-            "train_rows": data.n_train, "reward_calls": reward.calls,
+            "train_rows": data.n_train, "reward_calls": reward.calls, "precision": precision,
+            "gradient_checkpointing": checkpointing,
             # TRL generates a step's whole generation batch (per_device 1 x accumulation = the group) in one
             # generate call: these record it, per call, so a run shows its groups were generated batched
             "generate_calls": len(generate_batches["sizes"]),

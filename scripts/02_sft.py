@@ -39,7 +39,7 @@ def train_local(cfg, run_dir: Path) -> dict:
     except ModelError as err:
         raise StepError(str(err)) from None
     train_sft(model, run_dir / "sft", training_data_for(cfg, run_dir / "data"), cfg.harness_sft_steps, for_config(cfg),
-              seed=cfg.train_seed, report_to=cfg.report_to)
+              seed=cfg.train_seed, report_to=cfg.report_to, precision=cfg.train_precision)
     return {}
 
 

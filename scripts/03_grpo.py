@@ -53,7 +53,7 @@ def train_local(cfg, model: str, run_dir: Path, name: str, data: TrainingData | 
     try:
         train_grpo(local_model(model), run_dir / name, data or training_data_for(cfg, run_dir / "data"),
                    grpo_steps(cfg.train_count, cfg.grpo_epochs, cfg.grpo_max_steps), cfg.operator_max_new_tokens,
-                   for_config(cfg), seed=cfg.train_seed, report_to=cfg.report_to)
+                   for_config(cfg), seed=cfg.train_seed, report_to=cfg.report_to, precision=cfg.train_precision)
     except SandboxError as err:
         raise StepError(str(err)) from None
     return {"sandbox": sandbox_provenance()}
@@ -78,7 +78,8 @@ def rft(cfg, base: str, run_dir: Path, name: str, data: TrainingData) -> str:
     if cfg.backend == "local":
         from harness.train_local import train_sft
         return str(train_sft(local_model(base), run_dir / name, data, cfg.self_sft_steps, for_config(cfg),
-                             seed=cfg.train_seed, report_to=cfg.report_to).policy_dir)
+                             seed=cfg.train_seed, report_to=cfg.report_to,
+                             precision=cfg.train_precision).policy_dir)
     # SkyRL's SFT entrypoint: W8_SELF_SFT_STEPS steps on the round's rows (its prompt lengths are measured on
     # the run's own parquets, which the round's TrainingData points at)
     train_skyrl(cfg.replace(harness_sft_steps=cfg.self_sft_steps), base, run_dir, name, data, entry="sft")

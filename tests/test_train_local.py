@@ -198,3 +198,17 @@ def test_grpo_reward_counts_the_samples_of_each_prompt_kind():
     reward(None, [answer] * 4, [zero["reward_spec"]] * 2 + [refine["reward_spec"]] * 2,
            [zero["extra_info"]] * 2 + [refine["extra_info"]] * 2)
     assert reward.kinds == {"zero_shot": 2, "refine": 2}
+
+
+def test_auto_precision_is_bf16_only_where_the_cpu_flags_name_a_bf16_unit():
+    from harness.train_local import resolve_precision
+
+    plain = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw\nbugs\t\t: spectre_v1\n"
+    assert resolve_precision("auto", cpuinfo=plain, cuda=False) == "float32"
+    assert resolve_precision("auto", cpuinfo=plain.replace("avx512bw", "avx512bw avx512_bf16"), cuda=False) == "bf16"
+    assert resolve_precision("auto", cpuinfo=plain.replace("avx2", "avx2 amx_bf16 amx_tile"), cuda=False) == "bf16"
+    assert resolve_precision("auto", cpuinfo="model name\t: avx512_bf16 in a name, not a flag\n", cuda=False) == "float32"
+    assert resolve_precision("float32", cpuinfo=plain.replace("avx2", "avx2 amx_bf16")) == "float32"
+    assert resolve_precision("bf16", cpuinfo=plain) == "bf16"  # asked for: the slow reference path, but asked
+    with pytest.raises(ValueError, match="^precision 'fp16': expected one of auto, float32, bf16$"):
+        resolve_precision("fp16")

@@ -69,10 +69,12 @@ def mean_reward(model_path: str, rows: list[dict], samples: int, max_new_tokens:
 def train_fresh(args, cfg, base: str, out: Path, data) -> tuple[str, float, float, Path]:
     """SFT then GRPO with the bench's flags: (trained export, SFT s, GRPO s, GRPO metrics path)."""
     t0 = time.monotonic()
-    sft = train_sft(base, out / "sft", data, args.sft_steps, for_config(cfg), report_to=cfg.report_to)
+    sft = train_sft(base, out / "sft", data, args.sft_steps, for_config(cfg), report_to=cfg.report_to,
+                    precision=cfg.train_precision)
     t1 = time.monotonic()
     grpo = train_grpo(str(sft.policy_dir), out / "grpo", data, grpo_steps(cfg.train_count, 1, args.grpo_steps),
-                      cfg.operator_max_new_tokens, for_config(cfg), report_to=cfg.report_to)
+                      cfg.operator_max_new_tokens, for_config(cfg), report_to=cfg.report_to,
+                      precision=cfg.train_precision)
     return str(grpo.policy_dir), t1 - t0, time.monotonic() - t1, grpo.metrics_path
 
 

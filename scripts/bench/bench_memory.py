@@ -41,10 +41,10 @@ def child(trainer: str, checkpointing: bool, steps: int, out: Path, start: str) 
     t0 = time.monotonic()
     if trainer == "sft":
         train_sft(str(resolve_model(cfg.harness_model)), out, data, steps, for_config(cfg),
-                  gradient_checkpointing=checkpointing, report_to=cfg.report_to)
+                  gradient_checkpointing=checkpointing, report_to=cfg.report_to, precision=cfg.train_precision)
     else:
         train_grpo(start, out, data, steps, cfg.operator_max_new_tokens, for_config(cfg),
-                   gradient_checkpointing=checkpointing, report_to=cfg.report_to)
+                   gradient_checkpointing=checkpointing, report_to=cfg.report_to, precision=cfg.train_precision)
     print(json.dumps({"peak_rss_mb": round(peak_rss_mb()), "wall_s": round(time.monotonic() - t0, 1)}), flush=True)
 
 

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
     start = time.monotonic()
     result = train_sft(str(resolve_model(cfg.harness_model)), out / "sft", data, len(rows), for_config(cfg),
-                       seed=cfg.train_seed, report_to=cfg.report_to)
+                       seed=cfg.train_seed, report_to=cfg.report_to, precision=cfg.train_precision)
     wall = time.monotonic() - start
     print(f"repair warm-start: {len(rows)} rows ({len(tasks)} repair), {len(rows)} steps in {wall:.0f}s "
           f"({wall / len(rows):.1f} s/step) -> {result.policy_dir}")

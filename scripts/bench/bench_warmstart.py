@@ -68,7 +68,7 @@ def node0_table(cfg, tasks, reward: RewardKnobs, steps_list: list[int], out: Pat
     for steps in steps_list:
         start = time.monotonic()
         sft = train_sft(str(resolve_model(cfg.harness_model)), out / "sft", data, steps, hp,
-                        report_to=cfg.report_to)
+                        report_to=cfg.report_to, precision=cfg.train_precision)
         op = HFOperator(str(sft.policy_dir), cfg.operator_max_new_tokens, cfg.operator_temperature)
         gold = valid = 0
         rewards = []
