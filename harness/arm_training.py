@@ -53,7 +53,8 @@ from harness.harvest import (CONSTANT_BALANCED_ACCURACY, harvest_dir, harvest_fi
 from harness.interface import program_key
 from harness.oracle import sft_target_source
 from harness.rewards import RewardKnobs
-from harness.rule_split import Design
+from harness.repair_training import grpo_data, heldin_first_refinement, warmstart_data
+from harness.rule_split import Design, curriculum_of
 from harness.run_folder import StepError
 from harness.training_data import (TrainingData, mixed_rows, program_row, refine_row, row_prompt_kind, skyrl_row,
                                    train_tasks, training_data_for, write_jsonl_rows, write_parquet_rows)
@@ -262,7 +263,7 @@ def read_self_data(run_dir: Path) -> dict[str, Any] | None:
 @dataclasses.dataclass(frozen=True)
 class Trainers:
     """Step 03's trainers on the run's backend: grpo(cfg, start model, run_dir, folder, data | None) -> info,
-    sft(cfg, base model, run_dir, folder, data) -> the export's path."""
+    sft(cfg, base model, run_dir, folder, data, steps=None) -> the export's path (steps: W8_SELF_SFT_STEPS)."""
     grpo: Callable[..., dict]
     sft: Callable[..., str]
 
@@ -282,12 +283,70 @@ def say(text: str) -> None:
     print(f"[03_grpo] {text}", flush=True)
 
 
+def train_repair_sft(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
+    """repair_sft (the repair curriculum): the repair warm-start, SFT of the base model into <run>/repair_sft on
+    repair prompts answered with the fix, its own wrong programs relabeled, and the zero-shot rows
+    (harness.repair_training.warmstart_data: two stages around the relabeling harvest)."""
+    start = time.monotonic()
+    rows = warmstart_data(cfg, run_dir, lambda data, steps: trainers.sft(cfg, cfg.harness_model, run_dir,
+                                                                          "repair_sft", data, steps=steps))
+    harvest_s = rows["relabel_harvest"]["wall_s"]
+    say(f"repair_sft: {rows['steps']} SFT steps, one row each: {rows['repair_rows']} repair rows over "
+        f"{rows['families']} families, {rows['relabeled_rows']} relabeled from "
+        f"{rows['relabel_harvest']['programs']} programs its stage-1 export wrote on "
+        f"{rows['relabel_harvest']['tasks']} tasks, {rows['zero_shot_rows']} zero-shot")
+    harvest_ = {"name": "repair_sft-relabel", "model": rows["relabel_harvest"]["model"],
+                "nodes": rows["relabel_harvest"]["tasks"], "searches": rows["relabel_harvest"]["tasks"],
+                "wall_s": harvest_s, "worker_s": harvest_s}
+    return Trained(cfg.harness_model, {"rows": rows, "harvests": [harvest_], "start_model": cfg.harness_model,
+                                       "trainer_wall_s": round(time.monotonic() - start - harvest_s, 1)},
+                   ["data/repair_sft/rows.json"], ["data/repair_sft"])
+
+
+def repair_training_eval(cfg: Any, run_dir: Path, model: str, step: int, evals: list[dict[str, Any]]) -> None:
+    """One point of the trained arm's held-in repair rate during repair GRPO, kept in
+    <run>/repair_training_eval.json (W8_REPAIR_TRAIN_EVAL)."""
+    point = heldin_first_refinement(cfg, run_dir, model, f"grpo-step{step}")
+    evals.append({"step": step, **point})
+    atomic_write_json(Path(run_dir) / "repair_training_eval.json", {"points": evals})
+    s = point["summary"]
+    say(f"trained: held-in repair at GRPO step {step}: first refinement {s['all']['first_refinement']}/"
+        f"{s['all']['tasks']} (synthetic {s['synthetic']['first_refinement']}/{s['synthetic']['tasks']})")
+
+
 def train_trained(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
-    """trained: GRPO from step 02's SFT export (from the base model when there was no SFT) into <run>/grpo."""
-    sft = newest_export(Path(run_dir) / "sft")
-    model = str(sft) if sft is not None else cfg.harness_model
-    say(f"grpo: start model {model}")
-    return Trained(model, trainers.grpo(cfg, model, run_dir, "grpo", None))
+    """trained: GRPO into <run>/grpo. Under the repair curriculum from repair_sft's export on repair refinement
+    prompts (harness.repair_training.grpo_data), its held-in repair rate taken at step 0, half-way and the end
+    (W8_REPAIR_TRAIN_EVAL, local backend); otherwise from step 02's SFT export (the base model when there was
+    no SFT) on the zero-shot prompts."""
+    if curriculum_of(cfg) != "repair":
+        sft = newest_export(Path(run_dir) / "sft")
+        model = str(sft) if sft is not None else cfg.harness_model
+        say(f"grpo: start model {model}")
+        return Trained(model, trainers.grpo(cfg, model, run_dir, "grpo", None))
+    start = newest_export(Path(run_dir) / "repair_sft")
+    if start is None:
+        raise StepError("the trained arm starts from the repair warm-start under the repair curriculum: no export "
+                        "under <run>/repair_sft")
+    data, info = grpo_data(cfg, run_dir, sft_dir=Path(run_dir) / "data" / "repair_sft" / "stage1")
+    say(f"grpo: start model {start}; {info['rows']} repair refinement prompts over {info['families']} families")
+    steps = min(cfg.grpo_max_steps, cfg.grpo_epochs * data.n_train) if cfg.grpo_max_steps else \
+        cfg.grpo_epochs * data.n_train
+    evals: list[dict[str, Any]] = []
+    check = cfg.repair_train_eval and cfg.backend == "local" and (Path(run_dir) / "repair_heldin.jsonl").is_file()
+    began = time.monotonic()
+    if check:
+        repair_training_eval(cfg, run_dir, str(start), 0, evals)
+        half = steps // 2
+        if 0 < half < steps:
+            trainers.grpo(cfg.replace(grpo_max_steps=half), str(start), run_dir, "grpo", data)
+            repair_training_eval(cfg, run_dir, str(newest_export(Path(run_dir) / "grpo")), half, evals)
+    out = trainers.grpo(cfg, str(start), run_dir, "grpo", data)
+    if check:
+        repair_training_eval(cfg, run_dir, str(newest_export(Path(run_dir) / "grpo")), steps, evals)
+    return Trained(str(start), {**out, "repair_grpo": info, "start_model": str(start),
+                                "trainer_wall_s": round(time.monotonic() - began, 1)},
+                   ["repair_training_eval.json"] if check else [], ["data/repair_grpo"])
 
 
 def train_grpo_only(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
@@ -362,4 +421,4 @@ def train_self(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
 
 # arm name (harness/arms.py's `training`) -> its training function
 TRAININGS: dict[str, Callable[[Any, Path, Trainers], Trained]] = {
-    "trained": train_trained, "grpo_only": train_grpo_only, "refine": train_refine, "self": train_self}
+    "repair_sft": train_repair_sft, "trained": train_trained, "grpo_only": train_grpo_only, "refine": train_refine, "self": train_self}

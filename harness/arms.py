@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from harness.rule_split import curriculum_of
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -51,6 +53,19 @@ class Arm:
     cut_from: str | None = None   # an arm with no searches of its own: this arm's searches cut at its budget
     own_compute_cut: bool = False  # also compared with frozen cut at this arm's own equal-compute budget
     training: str | None = None   # its training function in harness.arm_training.TRAININGS (step 03)
+    # operator generations its training spends outside GRPO and train-page harvests, planned (harness.budget)
+    other_generations: Callable[[Any], int] = lambda cfg: 0
+
+
+def repair(cfg: Any) -> bool:
+    """Under the repair curriculum (W8_CURRICULUM, auto: the rule split) the repair_sft arm is trained and the
+    trained arm starts from it and trains GRPO on repair prompts."""
+    return curriculum_of(cfg) == "repair"
+
+
+def relabel_generations(cfg: Any) -> int:
+    """The repair warm-start's harvest: one refinement of each W8_REPAIR_SOAR_TASKS parent (harness.repair_training)."""
+    return min(cfg.repair_soar_tasks, cfg.repair_sft_rows) if repair(cfg) else 0
 
 
 ARMS: tuple[Arm, ...] = (
@@ -61,13 +76,20 @@ ARMS: tuple[Arm, ...] = (
     Arm("sft", "the model as shipped", "oracle SFT (step 02)", "W8_HARNESS_SFT_STEPS > 0",
         lambda cfg: cfg.harness_sft_steps > 0, (Comparison("sft", "frozen", "the warm-start alone"),),
         colour="#E69F00", folder="sft", from_answer_key=True),
-    Arm("trained", "sft's export (the model as shipped without SFT)", "oracle SFT + GRPO", "always",
-        lambda cfg: True,
+    Arm("repair_sft", "the model as shipped", "repair warm-start: SFT on repair prompts answered with the fix "
+        "(its own wrong programs relabeled among them) and the zero-shot rows", "W8_CURRICULUM=repair (auto: rule split)",
+        repair, (Comparison("repair_sft", "sft", "the repair warm-start vs the oracle warm-start", headline=True),
+                 Comparison("repair_sft", "frozen", "the repair warm-start alone")),
+        colour="#000000", folder="repair_sft", metrics="repair_sft_metrics.json", training="repair_sft",
+        other_generations=relabel_generations),
+    Arm("trained", "repair_sft's export under the repair curriculum; else sft's (the model as shipped without SFT)",
+        "GRPO (on repair prompts under the repair curriculum)", "always", lambda cfg: True,
         (Comparison("trained", "frozen", headline=True),
          Comparison("trained", "frozen_matched", "frozen at the trained arm's compute", headline=True),
-         Comparison("trained", "sft", "what GRPO added", headline=True)),
+         Comparison("trained", "sft", "what training added to the oracle warm-start", headline=True),
+         Comparison("trained", "repair_sft", "what repair GRPO added")),
         colour="#D55E00", folder="grpo", metrics="grpo_metrics.json", from_answer_key=True, grpo=True,
-        training="trained"),
+        training="trained", other_generations=relabel_generations),
     Arm("grpo_only", "the model as shipped", "GRPO", "W8_GRPO_ONLY_ARM (with SFT)",
         lambda cfg: bool(cfg.grpo_only_arm) and cfg.harness_sft_steps > 0,
         (Comparison("grpo_only", "frozen", "GRPO without the warm-start"),
@@ -118,7 +140,7 @@ def comparisons() -> list[Comparison]:
 
 
 def comparison_name(a: str, b: str) -> str:
-    """'trained vs sft (what GRPO added)'; frozen@<k> is frozen cut at a's own equal-compute budget."""
+    """'trained vs repair_sft (what repair GRPO added)'; frozen@<k> is frozen cut at a's own equal-compute budget."""
     if b.startswith("frozen@"):
         return f"{a} vs frozen at {a}'s own training compute ({b}: budget {b.split('@')[1]})"
     why = next((c.why for c in comparisons() if c.pair == (a, b)), "")

@@ -39,12 +39,13 @@ def planned_arms(cfg: Any) -> list[str]:
 
 
 def grpo_generations(cfg: Any) -> int:
-    """GRPO samples of one training, at most: prompts x group."""
+    """GRPO samples of one training, at most: prompts x group; locally each step may sample up to
+    W8_GRPO_DYNAMIC_TRIES more groups (harness.dynamic_sampling), counted here in full."""
     hp = for_config(cfg)
     if cfg.backend == "local":  # one prompt a step (harness.train_local.grpo_steps)
         steps = cfg.grpo_epochs * cfg.train_count
         steps = min(steps, cfg.grpo_max_steps) if cfg.grpo_max_steps else steps
-        return steps * hp.group_size
+        return steps * hp.group_size * (1 + cfg.grpo_dynamic_tries)
     prompts = cfg.train_count * cfg.grpo_epochs  # SkyRL: every train row of every epoch, n samples each
     return prompts * hp.group_size
 
@@ -55,10 +56,11 @@ def harvest_generations(cfg: Any) -> int:
 
 
 def planned_training_generations(cfg: Any, arms: list[str]) -> dict[str, int]:
-    """Per post-training arm, the operator generations its training spends at most: its harvests' searches
-    and its GRPO samples (the arms table's `harvests` and `grpo`)."""
+    """Per post-training arm, the operator generations its training spends at most: its harvests' searches,
+    its GRPO samples and any other sampling of its training or its start's (the arms table's `harvests`, `grpo`
+    and `other_generations`: the repair warm-start's relabeling harvest)."""
     grpo, harvest = grpo_generations(cfg), harvest_generations(cfg)
-    return {a.name: a.harvests(cfg) * harvest + (grpo if a.grpo else 0) for a in ARMS
+    return {a.name: a.harvests(cfg) * harvest + (grpo if a.grpo else 0) + a.other_generations(cfg) for a in ARMS
             if a.name in arms and a.trained_by != "-"}
 
 

@@ -195,6 +195,18 @@ KNOBS: tuple[Knob, ...] = (
           int_range(1, 64)),
     _knob("repair_seed", int, 0, "seed of the repair-task generator (families, made-up names, example draws)",
           int_range(0)),
+    _knob("repair_sft_rows", int, 512, "repair rows of the repair warm-start (the repair_sft arm, under the repair "
+          "curriculum): train repair tasks' refinement prompts answered with the fix, spread over parent-accuracy "
+          "bins, beside the W8_SFT_COUNT zero-shot rows; one SFT step a row (harness/repair_training.py)",
+          int_range(1, 100000)),
+    _knob("repair_soar_tasks", int, 48, "train repair tasks the start model refines once before the repair "
+          "warm-start: its wrong programs, relabeled with themselves plus the rule, replace that many repair rows "
+          "(as SOAR does; 0 = none)", int_range(0, 10000)),
+    _knob("grpo_dynamic_tries", int, 4, "extra groups a local GRPO step may sample when a group's rewards are all "
+          "equal (dropped and replaced, as DAPO's dynamic sampling does); 0 = keep every group", int_range(0, 64)),
+    _knob("repair_train_eval", yes_no, True, "under the repair curriculum, the held-in repair benchmark's first "
+          "refinement rate of the trained arm at GRPO step 0, half-way and the end (<run>/repair_training_eval.json)",
+          ((lambda v: isinstance(v, bool)), "0 or 1")),
     _knob("sandbox", str, "auto", "where model code runs: auto (daytona if DAYTONA_API_KEY) | local | daytona",
           choice("auto", "local", "daytona")),
     _knob("sandbox_timeout_s", float, 2.0, "wall-time limit for one program on one task", positive()),
@@ -233,8 +245,9 @@ BY_NAME = {k.name: k for k in KNOBS}
 BY_ENV = {k.env: k for k in KNOBS}
 
 # What ran before a knob existed, where its default now differs: a run folder whose run_config.json lacks the knob
-# ran this (W8_SPLIT: every run before the knob was a page-split run; the default became the presets' rule split).
-BEFORE_THE_KNOB = {"split": "page"}
+# ran this (W8_SPLIT: every run before the knob was a page-split run; the default became the presets' rule split;
+# no run before W8_CURRICULUM trained on repair tasks, and none before W8_GRPO_DYNAMIC_TRIES replaced flat groups).
+BEFORE_THE_KNOB = {"split": "page", "curriculum": "none", "grpo_dynamic_tries": 0}
 
 
 def recorded_value(knobs: Mapping[str, Any], name: str) -> Any:

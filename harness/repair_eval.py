@@ -164,3 +164,38 @@ def paired(a: Sequence[dict[str, Any]], b: Sequence[dict[str, Any]], key: str = 
     worse = sum(y and not x for x, y in pairs)
     p = sign_test(better, worse)
     return {"tasks": len(pairs), "better": better, "worse": worse, "p": p, "p_text": p_text(p)}
+
+
+CEILING = "rule-library"
+
+
+def evaluate_arms(arms: dict[str, Callable[[], Operator]], tasks: Sequence[RepairTask], knobs: SearchKnobs,
+                  out_dir: Path, results: dict[str, Any] | None = None, models: dict[str, str] | None = None,
+                  progress: Callable[[str], None] | None = print) -> dict[str, Any]:
+    """repair_eval.json's content: each arm (name -> a function making its operator; CEILING's is the rule
+    library) searched over the tasks into out_dir/<arm>/ (resumable), added to `results` (an arm run again
+    replaces its entry), then every pair of arms compared over the same tasks."""
+    results = results if results is not None else {"arms": {}}
+    for name, make in arms.items():
+        start = time.monotonic()
+        operator = make()
+        try:
+            rows = evaluate_arm(name, operator, tasks, knobs, out_dir / name, progress=progress)
+        finally:
+            operator.close()
+        results["arms"][name] = {"model": (models or {}).get(name, CEILING if name == CEILING else ""),
+                                 "operator": operator.describe(), "seconds": round(time.monotonic() - start, 1),
+                                 "summary": arm_summary(rows), "tasks": rows}
+    names = sorted(results["arms"])
+    results["paired"] = {f"{a} vs {b}": {key: paired(results["arms"][a]["tasks"], results["arms"][b]["tasks"], key)
+                                         for key in ("first_refinement", "solved_node")}
+                         for a in names for b in names if a < b}
+    return results
+
+
+def summary_line(arm: str, summary: dict[str, Any]) -> str:
+    """One arm in one line: first refinement, within budget, mentions of the property, valid refinements."""
+    s, a = summary["synthetic"], summary["all"]
+    return (f"{arm}: first refinement {a['first_refinement']}/{a['tasks']} (synthetic {s['first_refinement']}/"
+            f"{s['tasks']}), within budget {a['within_budget']}/{a['tasks']}, refinements naming the property "
+            f"{a['mention_share']}, valid {a['valid_share']}")

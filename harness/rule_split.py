@@ -75,6 +75,11 @@ class Design:
         return {"split": self.kind, "heldout_rules": list(self.heldout_rules)}
 
 
+def curriculum_of(cfg: Any) -> str:
+    """W8_CURRICULUM resolved: auto is repair under the rule split and none under the page split."""
+    return cfg.curriculum if cfg.curriculum != "auto" else ("repair" if cfg.split == "rule" else "none")
+
+
 def parse_rules(text: str | Sequence[str]) -> tuple[str, ...]:
     """'pointer,fill_editable' -> ('pointer', 'fill_editable'), in library order."""
     names = [n.strip() for n in (text.split(",") if isinstance(text, str) else text) if n.strip()]

@@ -114,6 +114,23 @@ def refinement_stats(traces: list[dict[str, Any]]) -> dict[str, Any]:
             "searches": len(traces)}
 
 
+def mention_stats(programs_by_search: Sequence[Sequence[str]], attributes: Sequence[str]) -> dict[str, Any]:
+    """Of refinement programs (grouped by search): the share that names any of `attributes` (the held-out rule
+    families' attributes: a program that tests one has at least written the rule's subject), and the searches
+    with at least one such program."""
+    programs = [code or "" for search in programs_by_search for code in search]
+    named = [any(a in code for a in attributes) for code in programs]
+    return {"refinements": len(programs), "mention_share": round(sum(named) / len(named), 4) if named else None,
+            "searches": len(programs_by_search),
+            "searches_mentioning": sum(any(any(a in (c or "") for a in attributes) for c in search)
+                                       for search in programs_by_search)}
+
+
+def refinement_programs(traces: list[dict[str, Any]]) -> list[list[str]]:
+    """Per search, the programs of its refinements (every node with a parent)."""
+    return [[n["code"] for n in t["nodes"] if n.get("parent") is not None] for t in traces]
+
+
 def search_ledger(traces: list[dict[str, Any]]) -> dict[str, Any]:
     """What an arm's searches spent: generations, tokens, sandbox evaluations, wall time."""
     nodes = [n for t in traces for n in t["nodes"]]

@@ -37,7 +37,7 @@ from harness.oracle import sft_target_source
 from harness.repair import RepairError, RepairKnobs, counts, make_repair_tasks, record
 from harness.rewards import score_harness
 from harness.run_folder import StepError
-from harness.rule_split import Design, compact_program, depends_on, restricted_rules
+from harness.rule_split import Design, compact_program, curriculum_of, depends_on, restricted_rules
 from harness.rules import compose_program
 from harness.traces import trace_tasks
 from harness.training_data import sft_target_of_config, train_tasks
@@ -62,17 +62,28 @@ def task_row(design: Design, task: Task, threshold: float, sandbox: str | None =
             "rule_operator_steps": rule_operator_steps(design, task, threshold, sandbox)}
 
 
-def rule_operator_steps(design: Design, task: Task, threshold: float, sandbox: str | None = None) -> int | None:
-    """Refinements of the restricted oracle by the rule-library operator until gold (None: not in the budget)."""
+def rule_operator_programs(design: Design, task: Task, threshold: float,
+                           sandbox: str | None = None) -> tuple[list[str], int | None]:
+    """The rule-library operator's refinements of the restricted oracle, in order, until gold: (their programs,
+    the refinements it took; None: not gold within RULE_OPERATOR_BUDGET)."""
     scored = partial(score_harness, sandbox=sandbox)
     operator, code = DeterministicOperator(), compose_program(restricted_rules(design.heldout_rules))
+    programs: list[str] = []
     for step in range(RULE_OPERATOR_BUDGET + 1):
         score = scored(code, list(task.examples))
         if score.valid and score.balanced_accuracy >= threshold:
-            return step
+            return programs, step
+        if step == RULE_OPERATOR_BUDGET:
+            break
         shown = select_failures(failure_candidates(score, task.examples), attempt=0)
         code = extract_code(operator.refine(task, code, shown).text)
-    return None
+        programs.append(code)
+    return programs, None
+
+
+def rule_operator_steps(design: Design, task: Task, threshold: float, sandbox: str | None = None) -> int | None:
+    """Refinements of the restricted oracle by the rule-library operator until gold (None: not in the budget)."""
+    return rule_operator_programs(design, task, threshold, sandbox)[1]
 
 
 def check_split(design: Design, heldout: Sequence[Task], train: Sequence[Task], threshold: float,
@@ -136,11 +147,6 @@ def write_task_files(cfg: Any, run_dir: Path) -> list[str]:
     atomic_write_json(Path(run_dir) / "split_check.json", check_split(design, heldout, train,
                                                                       cfg.harness_gold_threshold, cfg.sandbox))
     return ["heldout_tasks.jsonl", "split_check.json"]
-
-
-def curriculum_of(cfg: Any) -> str:
-    """W8_CURRICULUM resolved: auto is repair under the rule split and none under the page split."""
-    return cfg.curriculum if cfg.curriculum != "auto" else ("repair" if cfg.split == "rule" else "none")
 
 
 def write_repair_files(cfg: Any, run_dir: Path) -> list[str]:

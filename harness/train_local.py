@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from harness.dynamic_sampling import DynamicSampling, with_dynamic_sampling
 from harness.env import HarnessLegalityEnv
 from harness.exports import export_policy, newest_export_step, quiet_transformers
 from harness.hparams import Hparams
@@ -128,6 +129,27 @@ def count_generate_calls(model) -> dict[str, list]:
 
     model.generate = counted
     return calls
+
+
+def generate_without_autocast(model) -> None:
+    """GRPO's sampling in float32 when training autocasts to bf16: accelerate wraps the model's forward in
+    torch.autocast (keeping the plain one as `_original_forward`), and generate calls that forward once per new
+    token, casting every weight to bf16 again each time. On the 2-core test machine (under load) 4 prompts x 64
+    sampled tokens took 69-70 s under autocast against 58-65 s in float32. While generate runs, the plain forward
+    is put back."""
+    generate = model.generate
+
+    def plain(*args, **kwargs):
+        wrapped, original = model.__dict__.get("forward"), model.__dict__.get("_original_forward")
+        if wrapped is not None and original is not None:
+            model.forward = original
+        try:
+            return generate(*args, **kwargs)
+        finally:
+            if wrapped is not None and original is not None:
+                model.forward = wrapped
+
+    model.generate = plain
 
 
 def _start(model_path: str, out_dir: Path, steps: int) -> tuple[str, int, TrainResult | None]:
@@ -295,6 +317,7 @@ class EnvReward:
         self.seconds = 0.0
         self.calls = 0
         self.kinds = dict.fromkeys(PROMPT_KINDS, 0)  # samples scored per prompt kind (zero_shot, refine), cumulative
+        self.last: list[float] = []  # the latest call's rewards (one group): what dynamic sampling looks at
 
     def __call__(self, prompts, completions, reward_spec, extra_info, log_metric=None, **kwargs):
         start = time.monotonic()
@@ -314,6 +337,7 @@ class EnvReward:
                                "stopping instead of training on zero rewards")
         self.seconds += time.monotonic() - start
         self.calls += len(rewards)
+        self.last = list(rewards)
         if log_metric is not None:
             log_metric("valid_rate", sum(valid) / len(valid))
             log_metric("balanced_accuracy", sum(bacc) / len(bacc))
@@ -328,13 +352,15 @@ def grpo_steps(train_count: int, epochs: int, max_steps: int) -> int:
 
 def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: int, max_completion_length: int,
                hp: Hparams, seed: int = 0, gradient_checkpointing: bool | None = None, *, report_to: str,
-               precision: str = "auto") -> TrainResult:
+               precision: str = "auto", dynamic_tries: int = 0) -> TrainResult:
     """TRL GRPOTrainer on CPU, reward = HarnessLegalityEnv.step -> global_step_N/policy + metrics.
 
     One prompt (train task) and hp.group_size sampled completions per step (3 to 3.5 minutes
     each on 2 CPU cores with 448-token completions); max_completion_length is the run's one
     token budget (W8_OPERATOR_MAX_NEW_TOKENS). Resumable like train_sft; report_to, precision and
-    gradient_checkpointing as there.
+    gradient_checkpointing as there. dynamic_tries (W8_GRPO_DYNAMIC_TRIES): a group whose rewards are all equal
+    is replaced by another prompt's group, at most that many times a step (harness.dynamic_sampling); each
+    step's log then holds every group it sampled with its rewards, and the share of flat ones.
     """
     from datasets import load_dataset
     from transformers import TrainerCallback
@@ -349,9 +375,12 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
     precision = resolve_precision(precision)
     checkpointing = hp.gradient_checkpointing if gradient_checkpointing is None else gradient_checkpointing
     model, tokenizer = _load(start_path, seed)
+    if precision == "bf16":
+        generate_without_autocast(model)
     generate_batches = count_generate_calls(model)
     _warn_if_answer_is_cut(tokenizer, data, max_completion_length)
     reward = EnvReward()
+    sampling = DynamicSampling(list(dataset), dynamic_tries, seed)
     log: list[dict[str, Any]] = _prior_steps(out_dir) if done else []
     clock = {"t": time.monotonic(), "reward_s": 0.0, "kinds": dict(reward.kinds), "generate_s": 0.0}
 
@@ -361,7 +390,8 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                 return
             now = time.monotonic()
             scoring = reward.seconds - clock["reward_s"]
-            sampling = sum(generate_batches["seconds"]) - clock["generate_s"]
+            sampled = sum(generate_batches["seconds"]) - clock["generate_s"]
+            groups = sampling.take_step()  # every group this step sampled (dynamic sampling), with its rewards
             # the step's prompts by kind: its samples of each kind / the group (every sample of a group shares a row)
             prompts = {f"prompts_{kind}": (reward.kinds[kind] - clock["kinds"][kind]) / hp.group_size
                        for kind in PROMPT_KINDS}
@@ -371,7 +401,8 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                         "loss": logs.get("loss"), "completion_length": logs.get("completions/mean_length"),
                         "zero_variance_groups": logs.get("frac_reward_zero_std"),
                         "step_time_s": round(now - clock["t"], 2), "reward_time_s": round(scoring, 3),
-                        "generate_time_s": round(sampling, 2), **prompts})
+                        "generate_time_s": round(sampled, 2), **prompts, **groups,
+                        "generations": groups["groups_sampled"] * hp.group_size})
             clock.update(t=now, reward_s=reward.seconds, kinds=dict(reward.kinds),
                          generate_s=sum(generate_batches["seconds"]))
 
@@ -387,7 +418,8 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                           report_to=reporters, use_cpu=on_cpu(), seed=seed, shuffle_dataset=True,
                           dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False,
                           gradient_checkpointing=checkpointing, bf16=precision == "bf16", fp16=False)
-        trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
+        trainer_class = with_dynamic_sampling(GRPOTrainer, sampling, lambda: reward.last)
+        trainer = trainer_class(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
                               processing_class=tokenizer,
                               callbacks=[StepLog(), progress_callback("GRPO", steps, done, ("reward", "reward_std"))])
         quiet(trainer)
@@ -396,6 +428,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
     meta = {"model": shown_path(model_path, Path(out_dir).parent), "steps": steps, "group_size": hp.group_size, "lr": hp.grpo_lr,
             "beta": hp.kl_coef, "temperature": hp.grpo_temperature, "max_completion_length": max_completion_length,
             "train_rows": data.n_train, "reward_calls": reward.calls, "precision": precision,
+            "dynamic_tries": dynamic_tries,
             "gradient_checkpointing": checkpointing,
             # TRL generates a step's whole generation batch (per_device 1 x accumulation = the group) in one
             # generate call: these record it, per call, so a run shows its groups were generated batched

@@ -53,7 +53,8 @@ def train_local(cfg, model: str, run_dir: Path, name: str, data: TrainingData | 
     try:
         train_grpo(local_model(model), run_dir / name, data or training_data_for(cfg, run_dir / "data"),
                    grpo_steps(cfg.train_count, cfg.grpo_epochs, cfg.grpo_max_steps), cfg.operator_max_new_tokens,
-                   for_config(cfg), seed=cfg.train_seed, report_to=cfg.report_to, precision=cfg.train_precision)
+                   for_config(cfg), seed=cfg.train_seed, report_to=cfg.report_to, precision=cfg.train_precision,
+                   dynamic_tries=cfg.grpo_dynamic_tries)
     except SandboxError as err:
         raise StepError(str(err)) from None
     return {"sandbox": sandbox_provenance()}
@@ -73,16 +74,18 @@ def train(cfg, model: str, run_dir: Path, name: str, data: TrainingData | None =
     return (train_local if cfg.backend == "local" else train_skyrl)(cfg, model, run_dir, name, data)
 
 
-def rft(cfg, base: str, run_dir: Path, name: str, data: TrainingData) -> str:
-    """One rejection-sampling fine-tune of the self arm: SFT of the BASE model on its kept programs."""
+def rft(cfg, base: str, run_dir: Path, name: str, data: TrainingData, steps: int | None = None) -> str:
+    """A fine-tune of the BASE model: the self arm's rejection-sampling rounds (W8_SELF_SFT_STEPS steps on its
+    kept programs) and the repair warm-start (`steps`: one a row)."""
+    steps = steps or cfg.self_sft_steps
     if cfg.backend == "local":
         from harness.train_local import train_sft
-        return str(train_sft(local_model(base), run_dir / name, data, cfg.self_sft_steps, for_config(cfg),
+        return str(train_sft(local_model(base), run_dir / name, data, steps, for_config(cfg),
                              seed=cfg.train_seed, report_to=cfg.report_to,
                              precision=cfg.train_precision).policy_dir)
-    # SkyRL's SFT entrypoint: W8_SELF_SFT_STEPS steps on the round's rows (its prompt lengths are measured on
-    # the run's own parquets, which the round's TrainingData points at)
-    train_skyrl(cfg.replace(harness_sft_steps=cfg.self_sft_steps), base, run_dir, name, data, entry="sft")
+    # SkyRL's SFT entrypoint: that many steps on the rows (its prompt lengths are measured on the run's own
+    # parquets, which the TrainingData points at)
+    train_skyrl(cfg.replace(harness_sft_steps=steps), base, run_dir, name, data, entry="sft")
     return str(newest_export(run_dir / name))
 
 

@@ -7,6 +7,7 @@
 The arms, each the newest `global_step_N/policy` (by N) of its training folder (harness/arms.py's
 table: every row with a folder, those step 03 trained in this run):
   sft        <run>/sft        the oracle SFT warm-start alone (when W8_HARNESS_SFT_STEPS > 0)
+  repair_sft <run>/repair_sft the repair warm-start alone (under the repair curriculum)
   trained    <run>/grpo       SFT + GRPO (GRPO alone when there was no SFT)
   grpo_only  <run>/grpo_only  GRPO from the frozen model (when W8_GRPO_ONLY_ARM=1)
   refine     <run>/refine     SFT + GRPO on zero-shot and refinement prompts (when W8_REFINE_ARM=1)
@@ -16,6 +17,10 @@ Only the model differs from step 01: same tasks, seeds, knobs and decoding. Each
 its own process (`python -m harness.traces`, the run's own knobs), so a GPU holds one arm's
 vLLM engine at a time; an arm whose trace file exists is skipped, and its searches resume
 mid-round. Writes <run>/<arm>_trace.json and prints live `steps_to_gold <arm> ...` lines.
+Under the repair curriculum it then runs the held-in repair benchmark (step 01's <run>/repair_heldin.jsonl,
+W8_REPAIR_BUDGET refinements a task) for frozen, every arm above and the rule-library ceiling:
+<run>/repair_eval.json (per arm and task the solved node and each refinement's mention of the rule's property;
+arms compared in pairs), its searches under <run>/repair_eval/<arm>/ (resumable).
 Ends with one line per arm: gold reached in k/n searches and the mean steps_to_gold.
 """
 
@@ -32,6 +37,9 @@ from harness.arms import ARMS  # noqa: E402
 from harness.exports import newest_export  # noqa: E402
 from harness.files import REPO_ROOT  # noqa: E402
 from harness.pipeline import StepError, StepResult, record_sandbox, run_step  # noqa: E402
+from harness.repair_eval import summary_line  # noqa: E402
+from harness.repair_training import run_benchmark  # noqa: E402
+from harness.rule_split import curriculum_of  # noqa: E402
 from harness.traces import arm_file, load_traces, steps_summary  # noqa: E402
 
 STEP = "04_trained_trace"
@@ -69,7 +77,16 @@ def body(cfg, run_dir: Path, args) -> StepResult:
     for arm in arms:  # which sandbox ran each arm's programs (its own process): run_config.json and summary.md
         record_sandbox(run_dir, f"04 {arm} arm", json.loads((run_dir / arm_file(arm)).read_text()).get("sandbox") or {})
     summary = "; ".join(f"{arm}: {steps_summary(load_traces(run_dir / arm_file(arm)))}" for arm in arms)
-    return StepResult([arm_file(arm) for arm in arms], summary,
+    outputs = [arm_file(arm) for arm in arms]
+    if curriculum_of(cfg) == "repair" and (run_dir / "repair_heldin.jsonl").is_file():
+        # the held-in repair benchmark of every arm (frozen: the model as shipped) and the rule-library ceiling
+        print(f"[{STEP}] the held-in repair benchmark: {', '.join(['frozen', *arms])} and the ceiling", flush=True)
+        results = run_benchmark(cfg, run_dir, {"frozen": cfg.harness_model, **{a: str(p) for a, p in arms.items()}},
+                                progress=None)
+        for name in sorted(results["arms"]):
+            print(f"[{STEP}] repair {summary_line(name, results['arms'][name]['summary'])}", flush=True)
+        outputs.append("repair_eval.json")
+    return StepResult(outputs, summary,
                       extra={"arms": {arm: str(path.relative_to(run_dir)) for arm, path in arms.items()}})
 
 

@@ -43,16 +43,21 @@ from harness.config import KNOBS, ConfigError, load_config  # noqa: E402
 from harness.pipeline import (STEPS, StepError, StepResult, config_of_run, load_run_config, read_marker,  # noqa: E402
                               run_step, step_parser)
 from harness.plots import plot_budget_curves, plot_token_curves  # noqa: E402
-from harness.search_stats import curve_table  # noqa: E402
+from harness.repair import excluded_attributes  # noqa: E402
+from harness.repair_eval import CEILING, summary_line  # noqa: E402
+from harness.rewards import RewardKnobs  # noqa: E402
+from harness.rule_split import Design  # noqa: E402
+from harness.search_stats import curve_table, mention_stats, refinement_programs  # noqa: E402
+from harness.split_check import rule_operator_programs  # noqa: E402
 from harness.stats import ALPHA, p_text, tasks_for_effect  # noqa: E402
-from harness.traces import ARMS, FROZEN_LONG, arm_file, load_traces, prefix_trace, sandbox_problem  # noqa: E402
+from harness.traces import ARMS, FROZEN_LONG, arm_file, load_traces, prefix_trace, sandbox_problem, trace_tasks  # noqa: E402
 from harness.training_data import sft_target_for, sft_target_of_config  # noqa: E402
 
 STEP = "05_compare"
 METRICS = ("sft_metrics.json", *(a.metrics for a in ARM_TABLE if a.metrics))
 METRIC_KEYS = ("loss", "reward_mean", "reward_std", "valid_rate", "zero_variance_groups", "step_time_s")
 HEADLINE = tuple(c.pair for c in comparisons() if c.headline)  # harness/arms.py's table
-pair_name = comparison_name  # 'trained vs sft (what GRPO added)'; frozen@<k>: frozen at the arm's own compute
+pair_name = comparison_name  # 'trained vs repair_sft (what repair GRPO added)'; frozen@<k>: frozen at the arm's own compute
 
 
 def _num(value, fmt: str = ".2f", none: str = "-") -> str:
@@ -192,9 +197,10 @@ def searches_table(arms: dict[str, list[dict]]) -> list[str]:
 def grpo_zero_variance(run_dir: Path) -> dict[str, dict]:
     """Per GRPO training: the zero-variance share of its groups at each step, and over all steps."""
     out = {}
+    grpo = {a.name for a in ARM_TABLE if a.grpo}  # repair_sft's metrics file is a fine-tune's
     for arm, name in GRPO_METRICS.items():
         path = run_dir / name
-        if not path.is_file():
+        if arm not in grpo or not path.is_file():
             continue
         steps = json.loads(path.read_text()).get("steps") or []
         shares = [s.get("zero_variance_groups") for s in steps if s.get("zero_variance_groups") is not None]
@@ -203,6 +209,50 @@ def grpo_zero_variance(run_dir: Path) -> dict[str, dict]:
                     "steps": len(steps),
                     "prompt_kinds": kinds if all(None not in k for k in kinds) and kinds else None}
     return out
+
+
+def heldout_mentions(cfg, arms: dict[str, list[dict]]) -> dict | None:
+    """Under the rule split: per arm, its refinements that name a held-out rule family's attribute
+    (harness.repair.excluded_attributes), beside the ceiling: the rule-library operator's refinements of the
+    restricted program on the same held-out tasks until gold (harness.split_check.rule_operator_programs)."""
+    design = Design.of(cfg)
+    if design.kind != "rule":
+        return None
+    attributes = excluded_attributes(design.heldout_rules)
+    sandbox = RewardKnobs.from_config(cfg).sandbox
+    ceiling = [rule_operator_programs(design, t, cfg.harness_gold_threshold, sandbox)[0] for t in trace_tasks(cfg)]
+    return {"attributes": list(attributes), CEILING: mention_stats(ceiling, attributes),
+            **{arm: mention_stats(refinement_programs(traces), attributes) for arm, traces in arms.items()}}
+
+
+def heldout_rule_lines(result: dict, run_dir: Path) -> list[str]:
+    """The held-out rules: each arm's mention rate with the ceiling beside it, then the held-in repair benchmark
+    (repair_eval.json, step 04) of every arm: can it add a rule its shown failures share at all?"""
+    mentions = result.get("heldout_mentions")
+    lines = []
+    if mentions:
+        lines += [f"Refinements naming a held-out attribute ({', '.join(mentions['attributes'])}); the ceiling is the "
+                  "rule-library operator, which knows the held-out rules, refining the restricted program until gold:",
+                  "", "| arm | refinements | naming a held-out attribute | searches with one |", "|---|---|---|---|"]
+        for arm, m in mentions.items():
+            if arm != "attributes":
+                lines.append(f"| {arm}{' (ceiling)' if arm == CEILING else ''} | {m['refinements']} | "
+                             f"{_num(m['mention_share'], '.1%')} | {m['searches_mentioning']}/{m['searches']} |")
+    path = run_dir / "repair_eval.json"
+    if path.is_file():
+        data = json.loads(path.read_text())
+        k = data.get("knobs", {})
+        lines += ["", f"The held-in repair benchmark (`repair_eval.json`: {k.get('heldin_tasks')} tasks of families "
+                  f"training never saw, each searched from a parent one rule below gold, budget "
+                  f"{k.get('max_iterations')} refinements):", ""]
+        lines += [f"- {summary_line(arm, data['arms'][arm]['summary'])}" for arm in sorted(data["arms"])]
+        for pair, tests in sorted(data.get("paired", {}).items()):
+            a, _, b = pair.partition(" vs ")
+            if {a, b} & {"repair_sft", "trained"} and not {a, b} <= {"repair_sft", "trained"}:
+                t = tests["first_refinement"]
+                lines.append(f"- {pair}, first refinement over {t['tasks']} tasks: {t['better']} better, "
+                             f"{t['worse']} worse, sign test {t['p_text']}")
+    return lines or ["- not the rule split, and no repair_eval.json"]
 
 
 def power_lines(result: dict) -> list[str]:
@@ -337,6 +387,10 @@ def summary_markdown(run_dir: Path, result: dict, arms: dict[str, list[dict]], z
         "",
         *refinement_lines(result),
         "",
+        "## held-out rules: mentions, and the held-in repair benchmark",
+        "",
+        *heldout_rule_lines(result, run_dir),
+        "",
         "## compute ledger",
         "",
         *ledger_lines(result["ledger"], result["n_tasks"], result["warm_start"]),
@@ -458,6 +512,7 @@ def compare_folder(cfg, run_dir: Path) -> dict:
     result["ledger"] = ledger(run_dir, result, planned_training_generations(cfg, planned))
     result["warm_start"] = warm_start(cfg, run_dir, list(result["arms"]))
     result["missing_arms"] = [arm for arm in planned if arm not in present]
+    result["heldout_mentions"] = heldout_mentions(cfg, {arm: arms[arm] for arm in present})
     atomic_write_json(run_dir / "trace_compare.json", result)
     plot_arms({arm: arms[arm] for arm in present}, run_dir / "trace.png")
     plot_budget_curves(result["budget_curves"], run_dir / "budget_curves.png", cfg.trace_max_iterations)

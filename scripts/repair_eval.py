@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -30,12 +29,10 @@ from harness.config import add_flags, load_config_or_exit  # noqa: E402
 from harness.files import WORK_DIR, atomic_write_json  # noqa: E402
 from harness.operators import OperatorError, make_operator  # noqa: E402
 from harness.repair import RepairError, RepairKnobs, RepairTask, make_side  # noqa: E402
-from harness.repair_eval import RuleLibraryOperator, arm_summary, evaluate_arm, paired  # noqa: E402
+from harness.repair_eval import CEILING, RuleLibraryOperator, evaluate_arms, summary_line  # noqa: E402
 from harness.rewards import RewardKnobs  # noqa: E402
 from harness.rule_split import Design, SplitError  # noqa: E402
 from harness.search import SearchKnobs, SearchStateError  # noqa: E402
-
-CEILING = "rule-library"
 
 
 def parse_arm(text: str) -> tuple[str, str]:
@@ -59,13 +56,6 @@ def load_tasks(path: str | None, cfg) -> list[RepairTask]:
         raise SystemExit(f"error: {err}") from None
 
 
-def line_for(arm: str, summary: dict) -> str:
-    s, a = summary["synthetic"], summary["all"]
-    return (f"{arm}: first refinement {a['first_refinement']}/{a['tasks']} (synthetic {s['first_refinement']}/"
-            f"{s['tasks']}), within budget {a['within_budget']}/{a['tasks']}, refinements naming the property "
-            f"{a['mention_share']}, valid {a['valid_share']}")
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description="The held-in repair benchmark per arm (harness/repair_eval.py).")
@@ -82,37 +72,24 @@ def main(argv: list[str] | None = None) -> int:
     result_path = out / "repair_eval.json"
     results = json.loads(result_path.read_text()) if result_path.exists() else {"arms": {}}
     print(f"held-in repair benchmark: {len(tasks)} tasks, budget {cfg.repair_budget} refinements", file=sys.stderr)
-    for name, model in arms:
-        start = time.monotonic()
-        try:
-            operator = (RuleLibraryOperator(tasks, Design.of(cfg).heldout_rules) if name == CEILING else
-                        make_operator(cfg.operator, model, cfg.backend, cfg.operator_max_new_tokens,
-                                      cfg.operator_temperature, cfg.operator_base_url, cfg.ct2_compute_type,
-                                      cfg.gguf_type, cfg.operator_workers))
-        except OperatorError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        try:
-            rows = evaluate_arm(name, operator, tasks, knobs, out / name,
-                                progress=lambda s: print(s, file=sys.stderr, flush=True))
-        except SearchStateError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        finally:
-            operator.close()
-        results["arms"][name] = {"model": model or CEILING, "operator": operator.describe(),
-                                 "seconds": round(time.monotonic() - start, 1), "summary": arm_summary(rows),
-                                 "tasks": rows}
+    makers = {name: (lambda: RuleLibraryOperator(tasks, Design.of(cfg).heldout_rules)) if name == CEILING else
+              (lambda model=model: make_operator(cfg.operator, model, cfg.backend, cfg.operator_max_new_tokens,
+                                                 cfg.operator_temperature, cfg.operator_base_url,
+                                                 cfg.ct2_compute_type, cfg.gguf_type, cfg.operator_workers))
+              for name, model in arms}
+    try:
+        evaluate_arms(makers, tasks, knobs, out, results, models={n: m or CEILING for n, m in arms},
+                      progress=lambda s: print(s, file=sys.stderr, flush=True))
+    except (OperatorError, SearchStateError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     results["knobs"] = {**knobs.record(), "heldin_tasks": len(tasks), "operator": cfg.operator,
                         "operator_max_new_tokens": cfg.operator_max_new_tokens,
                         "operator_temperature": cfg.operator_temperature, "gguf_type": cfg.gguf_type}
     names = sorted(results["arms"])
-    results["paired"] = {f"{a} vs {b}": {key: paired(results["arms"][a]["tasks"], results["arms"][b]["tasks"], key)
-                                         for key in ("first_refinement", "solved_node")}
-                         for a in names for b in names if a < b}
     atomic_write_json(result_path, results)
     for name in names:
-        print(line_for(name, results["arms"][name]["summary"]))
+        print(summary_line(name, results["arms"][name]["summary"]))
     return 0
 
 

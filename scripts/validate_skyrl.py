@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from harness.config import ConfigError, load_config  # noqa: E402
 from harness.dataset import DatasetError  # noqa: E402
 from harness.repair import RepairError  # noqa: E402
-from harness.split_check import curriculum_of  # noqa: E402
+from harness.rule_split import curriculum_of  # noqa: E402
 from harness.skyrl_config import (SkyRLConfigError, measure_lengths, render_all, training_data_for,  # noqa: E402
                                   validate_overrides, write_overrides)
 

@@ -41,7 +41,8 @@ def cfg():
 def every_arm_run(cfg):
     """Traces of every table arm over 2 tasks x 2 seeds; frozen_matched is frozen's search cut at its budget."""
     budget = frozen_budgets(cfg)["frozen_matched"]
-    golds = {"frozen": [None, None, None, 2], "sft": [0, None, 1, None], "trained": [0, 1, 0, None],
+    golds = {"frozen": [None, None, None, 2], "sft": [0, None, 1, None], "repair_sft": [None, 1, 1, None],
+             "trained": [0, 1, 0, None],
              "grpo_only": [None, 3, None, None], "refine": [1, 0, None, 2], "self": [None, None, 3, None]}
     arms = {name: traces_of(g, max_iterations=3) for name, g in golds.items()}
     arms["frozen_matched"] = traces_of([None, None, None, 2], max_iterations=budget)
@@ -72,7 +73,7 @@ def test_each_row_holds_its_own_comparisons_and_every_one_is_made(every_arm_run)
             assert a.name in c.pair and set(c.pair) <= set(NAMES)  # on the row of one of its arms
     compared = {name for pair in made for name in pair}
     assert compared == set(NAMES)
-    assert comparison_name("trained", "sft") == "trained vs sft (what GRPO added)"
+    assert comparison_name("trained", "sft") == "trained vs sft (what training added to the oracle warm-start)"
     assert comparison_name("refine", "frozen@10").startswith("refine vs frozen at refine's own training compute")
 
 

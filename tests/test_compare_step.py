@@ -55,7 +55,7 @@ def test_sft_and_trained_alone_compare_with_task_level_numbers(run):
     assert (c["a"], c["b"], c["n_tasks"]) == ("trained", "sft", 3) and result["grpo_effect_readable"] is True
     assert c["measures"]["steps"]["mean_b"] == pytest.approx((17 + 4 + 0.5) / 3, abs=1e-4)
     summary = (run_dir / "summary.md").read_text()
-    assert "**trained vs sft (what GRPO added)** (n = 3 tasks)" in summary
+    assert "**trained vs sft (what training added to the oracle warm-start)** (n = 3 tasks)" in summary
     assert ("zero-variance share of groups per step: 0.00 1.00; over all steps 0.50 (a zero-variance group gives "
             "GRPO no gradient); prompts per step (zero-shot/refinement): 1/0 0/1") in summary
     table = summary.split("## every search")[1]

@@ -74,16 +74,30 @@ def test_matched_budget_is_the_budget_plus_training_generations_per_task_rounded
 def test_planned_generations_follow_the_knobs():
     cfg = cfg_of(trace_max_iterations=4, trace_tasks=16, harness_sft_steps=9, train_count=16, grpo_max_steps=5,
                  grpo_epochs=1, grpo_group_size=4, refine_arm=1, self_arm=1, harvest_tasks=8,
-                 harvest_max_iterations=4, self_rounds=2, frozen_matched_arm=1)
+                 harvest_max_iterations=4, self_rounds=2, frozen_matched_arm=1, curriculum="none")
     arms = planned_arms(cfg)
     assert arms == ["frozen", "frozen_matched", "sft", "trained", "refine", "self"]
     grpo = grpo_generations(cfg)
-    assert grpo == 5 * 4 * (1 + getattr(cfg, "grpo_resample", 0))
+    assert grpo == 5 * 4 * (1 + cfg.grpo_dynamic_tries)  # each step may replace a flat group that many times
     gens = planned_training_generations(cfg, arms)
     assert gens == {"sft": 0, "trained": grpo, "refine": 8 * 5 + grpo, "self": 3 * 8 * 5 + grpo}
     budgets = matched_budgets(cfg, arms)
     assert budgets["trained"] == 4 + math.ceil(grpo / 16) and "sft" not in budgets
     assert frozen_search_budget(cfg, arms) == budgets["self"] == 4 + math.ceil((120 + grpo) / 16)
+
+
+def test_the_repair_curriculum_plans_repair_sft_and_counts_its_relabeling_harvest():
+    cfg = cfg_of(trace_max_iterations=4, trace_tasks=16, harness_sft_steps=9, train_count=16, grpo_max_steps=5,
+                 grpo_epochs=1, grpo_group_size=8, grpo_dynamic_tries=2, frozen_matched_arm=1, curriculum="repair",
+                 repair_soar_tasks=48, repair_sft_rows=512)
+    arms = planned_arms(cfg)
+    assert arms == ["frozen", "frozen_matched", "sft", "repair_sft", "trained"]
+    gens = planned_training_generations(cfg, arms)
+    assert grpo_generations(cfg) == 5 * 8 * 3
+    # trained starts from repair_sft, so its compute holds the warm-start's 48 relabeling refinements too
+    assert gens == {"sft": 0, "repair_sft": 48, "trained": 48 + 120}
+    assert matched_budgets(cfg, arms)["trained"] == 4 + math.ceil(168 / 16)
+    assert planned_arms(cfg.replace(curriculum="none")) == ["frozen", "frozen_matched", "sft", "trained"]
 
 
 def test_a_matched_budget_over_the_cap_is_one_line_naming_the_cap():

@@ -75,9 +75,9 @@ def test_search_plan_counts_arms_tasks_seeds_and_estimates_gpu_minutes_only_on_s
     cfg = load_config(env={"W8_HARNESS_SFT_STEPS": "2", "W8_GRPO_ONLY_ARM": "1", "W8_TRACE_TASKS": "3",
                            "W8_TRACE_SEEDS": "2", "W8_TRACE_MAX_ITERATIONS": "4"})
     plan = search_plan(cfg)
-    assert plan["arms"] == ["frozen", "sft", "trained", "grpo_only"] and plan["searches"] == 24
-    assert plan["max_operator_calls"] == 24 * 5 and plan["gpu_minutes_estimate"] is None
-    assert planned_arms(load_config(env={})) == ["frozen", "trained"]
+    assert plan["arms"] == ["frozen", "sft", "repair_sft", "trained", "grpo_only"] and plan["searches"] == 30
+    assert plan["max_operator_calls"] == 30 * 5 and plan["gpu_minutes_estimate"] is None
+    assert planned_arms(load_config(env={})) == ["frozen", "repair_sft", "trained"]  # the rule split: repair
     gpu = search_plan(load_config(env={"W8_PRESET": "gcp"}))
     assert gpu["gpu_minutes_estimate"] > 0 and "grpo_only" in gpu["arms"]
 

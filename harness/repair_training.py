@@ -1,0 +1,256 @@
+"""The repair curriculum's training data: the repair warm-start's SFT rows and the repair GRPO rows.
+
+    from harness.repair_training import warmstart_data, grpo_data
+    data, info = warmstart_data(cfg, run_dir, model)   # <run>/data/repair_sft/sft/train.jsonl (+ its harvest)
+    data, info = grpo_data(cfg, run_dir)               # <run>/data/repair_grpo/train.parquet
+
+The warm-start (the repair_sft arm) answers refinement prompts of train repair tasks (harness.repair: a parent
+below gold, shown with the failures the search shows) with the program that fixes them. Its rows:
+- repair rows: W8_REPAIR_SFT_ROWS tasks less the relabeled ones below, spread evenly over BINS equal-width
+  bins of the parent's balanced accuracy (parents one rule below gold range from nearly gold to far from it),
+  round-robin over the families inside a bin; each answered with the task's reference;
+- relabeled rows (as SOAR does): the start model refines the parents of W8_REPAIR_SOAR_TASKS synthetic train
+  tasks once (one search node each, the search's own prompt and sampling); each valid program that is not gold
+  and not the parent unchanged becomes a new parent, shown with its own failures and answered with ITSELF plus
+  the task's rule (harness.repair.splice), kept only when that answer is gold on the task in the sandbox;
+- the warm-start's zero-shot rows (W8_SFT_COUNT), so node 0 keeps its program.
+Rows are shuffled with W8_TRAIN_SEED; one SFT step per row. The repair GRPO rows are W8_TRAIN_COUNT refinement
+prompts of other train repair tasks (harness.repair_rows.repair_refine_rows: the reward scores every example
+of the task, shown and unshown, gold or the shaped improvement over the parent).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from harness.failures import failures_to_show
+from harness.files import atomic_write_json
+from harness.interface import program_key
+from harness.operators import Operator, operator_from_config
+from harness.prompts import build_refine_prompt
+from harness.repair import ANCHOR, RepairKnobs, RepairTask, make_side, splice
+from harness.repair_eval import (CEILING, RootedOperator, RuleLibraryOperator, arm_summary, evaluate_arm,
+                                 evaluate_arms)
+from harness.repair_rows import repair_refine_rows, repair_sft_rows
+from harness.rewards import RewardKnobs, score_harness
+from harness.rule_split import Design
+from harness.search import SearchKnobs, SearchSpec, run_searches
+from harness.training_data import (TrainingData, fenced_answer, training_data_for, write_jsonl_rows,
+                                   write_parquet_rows)
+
+BINS = 4  # parent balanced-accuracy bins of the warm-start's repair rows
+
+
+def bin_of(value: float, lo: float, hi: float, bins: int = BINS) -> int:
+    """Which of `bins` equal-width bins of [lo, hi] holds value (hi goes to the last)."""
+    if hi <= lo:
+        return 0
+    return min(bins - 1, int((value - lo) / (hi - lo) * bins))
+
+
+def balanced_tasks(tasks: Sequence[RepairTask], n: int, rng: random.Random, bins: int = BINS) -> list[RepairTask]:
+    """n distinct tasks spread evenly over `bins` bins of the parent's balanced accuracy, round-robin over the
+    families inside each bin (family and task order seeded by rng). A bin with fewer tasks than its share gives
+    the rest to the other bins; fewer than n tasks in all gives them all."""
+    if not tasks:
+        return []
+    lo = min(t.parent_balanced_accuracy for t in tasks)
+    hi = max(t.parent_balanced_accuracy for t in tasks)
+    queues: list[list[list[RepairTask]]] = []
+    for b in range(bins):
+        by_family: dict[str, list[RepairTask]] = {}
+        for t in tasks:
+            if bin_of(t.parent_balanced_accuracy, lo, hi, bins) == b:
+                by_family.setdefault(t.family, []).append(t)
+        families = [rng.sample(group, len(group)) for _, group in sorted(by_family.items())]
+        rng.shuffle(families)
+        queues.append(families)
+    out: list[RepairTask] = []
+    while len(out) < n and any(any(f) for f in queues):
+        for families in queues:  # one task per bin per pass: bins take turns
+            families[:] = [f for f in families if f]
+            if families and len(out) < n:
+                out.append(families[0].pop())
+                families.append(families.pop(0))  # the next family of this bin goes next
+    return out
+
+
+def bin_counts(tasks: Sequence[RepairTask], chosen: Sequence[RepairTask], bins: int = BINS) -> list[dict[str, Any]]:
+    """Per bin of the train tasks' parent balanced accuracy: its range and how many chosen tasks fall in it."""
+    lo = min(t.parent_balanced_accuracy for t in tasks)
+    hi = max(t.parent_balanced_accuracy for t in tasks)
+    width = (hi - lo) / bins
+    return [{"bin": b, "from": round(lo + b * width, 3), "to": round(lo + (b + 1) * width, 3),
+             "tasks": sum(bin_of(t.parent_balanced_accuracy, lo, hi, bins) == b for t in tasks),
+             "chosen": sum(bin_of(t.parent_balanced_accuracy, lo, hi, bins) == b for t in chosen)}
+            for b in range(bins)]
+
+
+def rule_block(task: RepairTask) -> str | None:
+    """The guard a synthetic task's reference adds to its parent at the target-element slot (None: a real
+    family, whose check is not one block at that slot)."""
+    if not task.synthetic or ANCHOR not in task.parent:
+        return None
+    at = task.parent.index(ANCHOR) + len(ANCHOR)
+    block = task.reference[at:at + len(task.reference) - len(task.parent)]
+    return block if splice(task.parent, block) == task.reference else None
+
+
+def relabeled(task: RepairTask, program: str, reward: RewardKnobs) -> dict[str, Any] | None:
+    """A SOAR row from the model's own wrong program: the program as the parent, shown with its own failures,
+    answered with the program plus the task's rule; None unless the program is valid, below gold, not the
+    parent unchanged, holds the slot, and the relabeled answer is gold on the task in the sandbox."""
+    block = rule_block(task)
+    answer = splice(program, block) if block else None
+    if answer is None or program_key(program) == program_key(task.parent):
+        return None
+    examples = task.task.examples
+    own = score_harness(program, examples, reward.recall_weight, reward.timeout_s, sandbox=reward.sandbox)
+    if not own.valid or own.balanced_accuracy >= reward.gold_threshold:
+        return None
+    fixed = score_harness(answer, examples, reward.recall_weight, reward.timeout_s, sandbox=reward.sandbox)
+    if not (fixed.valid and fixed.balanced_accuracy >= reward.gold_threshold):
+        return None
+    shown = failures_to_show(own, examples)
+    return {"messages": build_refine_prompt(task.task, program, shown) + [{"role": "assistant",
+                                                                           "content": fenced_answer(answer)}],
+            "task_id": task.task.task_id, "relabeled": True, "family": task.family,
+            "program_balanced_accuracy": own.balanced_accuracy}
+
+
+def own_refinements(operator: Operator, tasks: Sequence[RepairTask], knobs: SearchKnobs,
+                    out_dir: Path) -> list[str | None]:
+    """The operator's first refinement of each task's parent (one search node from the parent, the search's own
+    prompt, failures and sampling; resumable per task under out_dir); None where nothing was extracted."""
+    rooted = RootedOperator(operator, {t.task.task_id: t.parent for t in tasks})
+    one = dataclasses.replace(knobs, max_iterations=1)
+    specs = [SearchSpec(t.task, one, None, out_dir / (t.task.task_id.replace("/", "_") + ".state.json"),
+                        label=f"[soar] {t.family} {t.task.obs_id}") for t in tasks]
+    traces = [trace.to_trace() for trace in run_searches(specs, rooted, progress=None)]
+    return [(trace["nodes"][1]["code"] or None) if len(trace["nodes"]) > 1 else None for trace in traces]
+
+
+def warmstart_data(cfg: Any, run_dir: Path, sft: Callable[[TrainingData, int], str],
+                   operator_for: Any = None) -> dict[str, Any]:
+    """The repair warm-start (module doc), trained through `sft(data, steps) -> export` (a fine-tune of the base
+    model that resumes from its own newest export): its numbers, also in <run>/data/repair_sft/rows.json.
+
+    Two stages when there are relabeling tasks (W8_REPAIR_SOAR_TASKS), as SOAR's rounds: stage 1 trains on the
+    zero-shot rows and the first half of the repair rows; its export refines the relabeling tasks' parents once
+    (a search node each, the run's operator: operator_for(model) -> Operator); every wrong program it writes
+    that the task's rule fixes becomes a row; stage 2 resumes from stage 1's export on the other repair rows,
+    the relabeled ones replacing as many of them, so the repair rows add up to W8_REPAIR_SFT_ROWS."""
+    run_dir = Path(run_dir)
+    reward = dataclasses.replace(RewardKnobs.from_config(cfg), sandbox="local")  # our own programs: no sandbox
+    tasks = make_side("train", Design.of(cfg), RepairKnobs.from_config(cfg))
+    rng = random.Random(f"repair-warmstart:{cfg.train_seed}")
+    soar_tasks = balanced_tasks([t for t in tasks if t.synthetic], min(cfg.repair_soar_tasks, cfg.repair_sft_rows), rng)
+    used = {t.task.task_id for t in soar_tasks}
+    chosen = balanced_tasks([t for t in tasks if t.task.task_id not in used], cfg.repair_sft_rows, rng)
+    zero_shot = training_data_for(cfg, run_dir / "data")
+    zero = [json.loads(line) for line in (zero_shot.sft_dir / "train.jsonl").read_text().splitlines() if line]
+    folder = run_dir / "data" / "repair_sft"
+    half = len(chosen) // 2 if soar_tasks else len(chosen)
+    first = zero + repair_sft_rows(chosen[:half], reward)
+    rng.shuffle(first)
+    export = sft(stage_data(zero_shot, folder / "stage1", first), len(first))
+    harvest = {"tasks": len(soar_tasks), "programs": 0, "kept": 0, "wall_s": 0.0, "model": None}
+    second: list[dict[str, Any]] = []
+    repair = chosen[:half]  # the repair tasks trained on (their reference as the answer)
+    if soar_tasks:
+        operator_for = operator_for or (lambda m: operator_from_config(cfg.replace(harness_model=m)))
+        start = time.monotonic()
+        operator = operator_for(export)
+        try:
+            programs = own_refinements(operator, soar_tasks, SearchKnobs.from_config(cfg),
+                                       run_dir / "harvest" / "repair_sft")
+        finally:
+            operator.close()
+        kept = [row for task, program in zip(soar_tasks, programs) if program
+                for row in [relabeled(task, program, RewardKnobs.from_config(cfg))] if row]
+        harvest.update(programs=sum(p is not None for p in programs), kept=len(kept), model=str(export),
+                       wall_s=round(time.monotonic() - start, 1))
+        rest = chosen[half:len(chosen) - len(kept)]
+        repair = repair + rest
+        second = repair_sft_rows(rest, reward) + kept
+        rng.shuffle(second)
+        sft(stage_data(zero_shot, folder / "stage2", second), len(first) + len(second))
+    info = {"rows": len(first) + len(second), "steps": len(first) + len(second), "stages": 2 if soar_tasks else 1,
+            "stage1_rows": len(first), "stage2_rows": len(second), "repair_rows": len(repair),
+            "relabeled_rows": harvest["kept"], "zero_shot_rows": len(zero), "families": len({t.family for t in repair}),
+            "relabel_harvest": harvest, "parent_bins": bin_counts(tasks, repair), "train_seed": cfg.train_seed}
+    atomic_write_json(folder / "rows.json", info)
+    return info
+
+
+def stage_data(base: TrainingData, folder: Path, rows: list[dict[str, Any]]) -> TrainingData:
+    """One stage's SFT rows as <folder>/train.jsonl, in `base`'s TrainingData (its parquets: SkyRL's lengths)."""
+    write_jsonl_rows(rows, folder / "train.jsonl")
+    return dataclasses.replace(base, sft_dir=folder)
+
+
+def grpo_data(cfg: Any, run_dir: Path, sft_dir: Path | None = None) -> tuple[TrainingData, dict[str, Any]]:
+    """<run>/data/repair_grpo/train.parquet: W8_TRAIN_COUNT repair refinement rows (balanced like the
+    warm-start's, drawn with their own seed), the data of the trained arm's repair GRPO."""
+    run_dir = Path(run_dir)
+    reward = RewardKnobs.from_config(cfg)
+    tasks = make_side("train", Design.of(cfg), RepairKnobs.from_config(cfg))
+    chosen = balanced_tasks(tasks, cfg.train_count, random.Random(f"repair-grpo:{cfg.train_seed}"))
+    rows = repair_refine_rows(chosen, dataclasses.replace(reward, sandbox="local"), cfg.refine_improvement_bonus,
+                              cfg.refine_identical_penalty)
+    path = write_parquet_rows(rows, run_dir / "data" / "repair_grpo" / "train.parquet")
+    base = training_data_for(cfg, run_dir / "data")
+    info = {"rows": len(rows), "families": len({t.family for t in chosen}),
+            "parent_bins": bin_counts(tasks, chosen), "parquet": str(path.relative_to(run_dir))}
+    return dataclasses.replace(base, train_parquet=path, n_train=len(rows), sft_dir=sft_dir or base.sft_dir), info
+
+
+def heldin_first_refinement(cfg: Any, run_dir: Path, model: str, label: str,
+                            operator_for: Any = None) -> dict[str, Any]:
+    """The held-in repair benchmark (<run>/repair_heldin.jsonl, step 01's) at one refinement per task with
+    `model` as the run's operator: its summary (harness.repair_eval.arm_summary) and per-task rows, the searches
+    kept under <run>/repair_training_eval/<label>/ (resumable)."""
+    tasks = heldin_tasks(run_dir)
+    if operator_for is None:
+        operator_for = lambda m: operator_from_config(cfg.replace(harness_model=m))  # noqa: E731
+    knobs = SearchKnobs(1, cfg.search_c, cfg.search_seed, RewardKnobs.from_config(cfg))
+    start = time.monotonic()
+    operator = operator_for(model)
+    try:
+        rows = evaluate_arm(label, operator, tasks, knobs, Path(run_dir) / "repair_training_eval" / label,
+                            progress=None)
+    finally:
+        operator.close()
+    return {"model": str(model), "seconds": round(time.monotonic() - start, 1), "summary": arm_summary(rows),
+            "tasks": rows}
+
+
+def heldin_tasks(run_dir: Path) -> list[RepairTask]:
+    """The run's held-in repair benchmark (<run>/repair_heldin.jsonl, written by step 01)."""
+    return [RepairTask.from_json(json.loads(line))
+            for line in (Path(run_dir) / "repair_heldin.jsonl").read_text().splitlines() if line]
+
+
+def run_benchmark(cfg: Any, run_dir: Path, models: dict[str, str], operator_for: Any = None,
+                  progress: Any = print) -> dict[str, Any]:
+    """<run>/repair_eval.json: the held-in repair benchmark (W8_REPAIR_BUDGET refinements a task) for every arm
+    (name -> its model) and the rule-library ceiling, each arm's searches under <run>/repair_eval/<arm>/
+    (resumable), compared in pairs (harness.repair_eval.evaluate_arms)."""
+    tasks = heldin_tasks(run_dir)
+    if operator_for is None:
+        operator_for = lambda m: operator_from_config(cfg.replace(harness_model=m))  # noqa: E731
+    knobs = SearchKnobs(cfg.repair_budget, cfg.search_c, cfg.search_seed, RewardKnobs.from_config(cfg))
+    makers = {CEILING: lambda: RuleLibraryOperator(tasks, Design.of(cfg).heldout_rules),
+              **{arm: (lambda m=model: operator_for(m)) for arm, model in models.items()}}
+    results = evaluate_arms(makers, tasks, knobs, Path(run_dir) / "repair_eval", None,
+                            models={CEILING: CEILING, **models}, progress=progress)
+    results["knobs"] = {**knobs.record(), "heldin_tasks": len(tasks), "operator": cfg.operator,
+                        "operator_max_new_tokens": cfg.operator_max_new_tokens,
+                        "operator_temperature": cfg.operator_temperature, "gguf_type": cfg.gguf_type}
+    atomic_write_json(Path(run_dir) / "repair_eval.json", results)
+    return results
