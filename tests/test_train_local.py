@@ -153,6 +153,15 @@ def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2)
     assert any(not torch.equal(before[k], after[k]) for k in before)
     again = train_grpo(str(sft.policy_dir), tmp_path / "grpo", data, 1, 32, hp, report_to="none")
     assert again.skipped and again.policy_dir == grpo.policy_dir
+    # dynamic sampling in TRL's own trainer: near-greedy sampling writes one program 8 times, a flat group, which
+    # is dropped and sampled again (at most twice here); the step logs every group with its rewards
+    dynamic = train_grpo(str(sft.policy_dir), tmp_path / "grpo-dynamic", data, 1, 32,
+                         replace(hp, grpo_temperature=0.01), report_to="none", dynamic_tries=2)
+    step = json.loads(dynamic.metrics_path.read_text())["steps"][-1]
+    groups = step["groups"]
+    assert groups[0]["flat"] and len(groups) == step["groups_sampled"] == 3 and step["groups_dropped"] == 2
+    assert [g["kept"] for g in groups] == [False, False, True] and all(len(g["rewards"]) == 8 for g in groups)
+    assert step["generations"] == 24 and step["zero_variance_share_sampled"] == 1.0 and step["kept_group_flat"]
 
 
 def test_results_name_models_without_machine_paths(tmp_path):
