@@ -7,22 +7,23 @@
 
 refine: the SFT export searches train pages (a harvest); its refinement requests become GRPO
         prompts (harness.prompts.build_refine_prompt, the search's own prompt), mixed with the
-        zero-shot rows at W8_REFINE_SHARE; GRPO then starts from the SFT export.
-self:   no answer key anywhere. Round r (1..W8_SELF_ROUNDS): the round's model (the base model,
-        then the previous round's) searches train pages, the reward keeps its best programs
-        (harness.harvest.kept_programs: gold ones, else, among the programs better than a
-        constant answer, the top quarter above the base model's median reward), and the BASE
-        model is fine-tuned on them (rejection sampling as ReST-EM does: always from the base, on
-        the latest round's programs). Then the last model
+        zero-shot rows at W8_REFINE_SHARE; GRPO then starts from the SFT export. Under the repair
+        curriculum the refinement prompts are the curriculum's (no harvest).
+repair_sft, trained (the repair curriculum): harness.repair_training's warm-start, then repair GRPO.
+self:   no answer key anywhere (so not the repair curriculum, whose parents come from the compact
+        program). Round r (1..W8_SELF_ROUNDS): the round's model (the base model, then the previous
+        round's) searches train pages, the reward keeps its best programs (harness.harvest.kept_programs:
+        gold ones, else, among the programs better than a constant answer, the top quarter above the
+        base model's median reward), and the BASE model is fine-tuned on them (rejection sampling as
+        ReST-EM does: always from the base, on the latest round's programs). Then the last model
         harvests once more for its refinement prompts, and GRPO on the mixed rows starts from it.
         Every training row's program goes to <run>/self_programs.jsonl and its source (harvest,
         task, node, reward) to <run>/self_data.json, which points at the program by row index and
         sha256; a row whose program is similar to the oracle's (or the compact SFT target) fails
         the run (check_no_oracle).
 
-The programs an arm trains on are in <run>/<arm>_programs.jsonl, one row per training row: the program
-text, where it came from (harvest, task id, page, task seed, node) and the reward the search gave it; step
-03 lists it among its outputs, so it is copied into results/<run-id>/ with the other small artifacts.
+<run>/<arm>_programs.jsonl holds the programs an arm trains on, one row per training row: the program text,
+its source (harvest, task id, page, task seed, node) and reward; results/<run-id>/ gets it (step 03's output).
 
 Every arm step 03 trains has its training function here, in TRAININGS under the name its row of
 harness/arms.py gives (`training`): it gets the knobs, the run folder and step 03's trainers on the
@@ -53,7 +54,7 @@ from harness.harvest import (CONSTANT_BALANCED_ACCURACY, harvest_dir, harvest_fi
 from harness.interface import program_key
 from harness.oracle import sft_target_source
 from harness.rewards import RewardKnobs
-from harness.repair_training import grpo_data, heldin_first_refinement, warmstart_data
+from harness.repair_training import grpo_data, training_eval_point, warmstart_data
 from harness.rule_split import Design, curriculum_of
 from harness.run_folder import StepError
 from harness.training_data import (TrainingData, mixed_rows, program_row, refine_row, row_prompt_kind, skyrl_row,
@@ -282,7 +283,6 @@ class Trained:
 def say(text: str) -> None:
     print(f"[03_grpo] {text}", flush=True)
 
-
 def train_repair_sft(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
     """repair_sft (the repair curriculum): the repair warm-start, SFT of the base model into <run>/repair_sft on
     repair prompts answered with the fix, its own wrong programs relabeled, and the zero-shot rows
@@ -295,23 +295,12 @@ def train_repair_sft(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
         f"{rows['families']} families, {rows['relabeled_rows']} relabeled from "
         f"{rows['relabel_harvest']['programs']} programs its stage-1 export wrote on "
         f"{rows['relabel_harvest']['tasks']} tasks, {rows['zero_shot_rows']} zero-shot")
-    harvest_ = {"name": "repair_sft-relabel", "model": rows["relabel_harvest"]["model"],
-                "nodes": rows["relabel_harvest"]["tasks"], "searches": rows["relabel_harvest"]["tasks"],
-                "wall_s": harvest_s, "worker_s": harvest_s}
+    n = rows["relabel_harvest"]["tasks"]
+    harvest_ = {"name": "repair_sft-relabel", "model": rows["relabel_harvest"]["model"], "wall_s": harvest_s,
+                "nodes": n, "searches": n, "worker_s": harvest_s}
     return Trained(cfg.harness_model, {"rows": rows, "harvests": [harvest_], "start_model": cfg.harness_model,
                                        "trainer_wall_s": round(time.monotonic() - start - harvest_s, 1)},
                    ["data/repair_sft/rows.json"], ["data/repair_sft"])
-
-
-def repair_training_eval(cfg: Any, run_dir: Path, model: str, step: int, evals: list[dict[str, Any]]) -> None:
-    """One point of the trained arm's held-in repair rate during repair GRPO, kept in
-    <run>/repair_training_eval.json (W8_REPAIR_TRAIN_EVAL)."""
-    point = heldin_first_refinement(cfg, run_dir, model, f"grpo-step{step}")
-    evals.append({"step": step, **point})
-    atomic_write_json(Path(run_dir) / "repair_training_eval.json", {"points": evals})
-    s = point["summary"]
-    say(f"trained: held-in repair at GRPO step {step}: first refinement {s['all']['first_refinement']}/"
-        f"{s['all']['tasks']} (synthetic {s['synthetic']['first_refinement']}/{s['synthetic']['tasks']})")
 
 
 def train_trained(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
@@ -336,14 +325,14 @@ def train_trained(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
     check = cfg.repair_train_eval and cfg.backend == "local" and (Path(run_dir) / "repair_heldin.jsonl").is_file()
     began = time.monotonic()
     if check:
-        repair_training_eval(cfg, run_dir, str(start), 0, evals)
+        training_eval_point(cfg, run_dir, str(start), 0, evals)
         half = steps // 2
         if 0 < half < steps:
             trainers.grpo(cfg.replace(grpo_max_steps=half), str(start), run_dir, "grpo", data)
-            repair_training_eval(cfg, run_dir, str(newest_export(Path(run_dir) / "grpo")), half, evals)
+            training_eval_point(cfg, run_dir, str(newest_export(Path(run_dir) / "grpo")), half, evals)
     out = trainers.grpo(cfg, str(start), run_dir, "grpo", data)
     if check:
-        repair_training_eval(cfg, run_dir, str(newest_export(Path(run_dir) / "grpo")), steps, evals)
+        training_eval_point(cfg, run_dir, str(newest_export(Path(run_dir) / "grpo")), steps, evals)
     return Trained(str(start), {**out, "repair_grpo": info, "start_model": str(start),
                                 "trainer_wall_s": round(time.monotonic() - began, 1)},
                    ["repair_training_eval.json"] if check else [], ["data/repair_grpo"])
@@ -360,11 +349,40 @@ def mix_line(mix: dict) -> str:
             f"(share {mix['refine_share']}, pool of {mix['refinement_pool']} refinement requests)")
 
 
+def repair_mixed_data(cfg: Any, run_dir: Path, name: str) -> tuple[TrainingData, dict[str, Any], list[dict[str, Any]]]:
+    """Under the repair curriculum, the refine arm's GRPO rows: W8_REFINE_SHARE of W8_TRAIN_COUNT are the repair
+    curriculum's refinement prompts (harness.repair_training.grpo_data's, instead of a harvest's), the rest the
+    zero-shot rows; <run>/data/<name>/train.parquet, as mixed_training_data writes it."""
+    import pyarrow.parquet as pq
+
+    refine = pq.read_table(grpo_data(cfg, run_dir)[0].train_parquet).to_pylist()
+    data = training_data_for(cfg, Path(run_dir) / "data")
+    reward = RewardKnobs.from_config(cfg)
+    zero_shot = [skyrl_row(t, reward) for t in train_tasks(cfg.train_count, cfg.train_examples_per_obs,
+                                                           Design.of(cfg))]
+    rows, mix = mixed_rows(zero_shot, refine, cfg.refine_share, cfg.train_count, MIX_SEED)
+    path = write_parquet_rows(rows, Path(run_dir) / "data" / name / "train.parquet")
+    info = {"parquet": str(path.relative_to(run_dir)), "refine_share": cfg.refine_share,
+            "refinement_pool": len(refine), "harvests": [], "curriculum": "repair", **mix,
+            "refine_sources": [row_source(r) for r in rows if row_prompt_kind(r) == "refine"]}
+    return dataclasses.replace(data, train_parquet=path, n_train=len(rows)), info, refinement_programs(rows)
+
+
 def train_refine(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
-    """refine: the SFT export harvests train pages, then GRPO from it on the mixed prompts."""
+    """refine: the SFT export harvests train pages, then GRPO from it on the mixed prompts; under the repair
+    curriculum its refinement prompts are the curriculum's (repair_mixed_data) and there is no harvest."""
     sft = newest_export(Path(run_dir) / "sft")
     if sft is None:
         raise StepError("the refine arm starts from the SFT warm-start: no export under <run>/sft (run step 02)")
+    if curriculum_of(cfg) == "repair":
+        data, mix, programs = repair_mixed_data(cfg, run_dir, "refine")
+        write_training_programs(run_dir, "refine", programs)
+        say(f"refine: {mix_line(mix)} (the repair curriculum's)")
+        start = time.monotonic()
+        info = trainers.grpo(cfg, str(sft), run_dir, "refine", data)
+        return Trained(str(sft), {**info, "mix": mix, "harvests": [], "start_model": str(sft),
+                                  "trainer_wall_s": round(time.monotonic() - start, 1)},
+                       [programs_file("refine")], arm_training_inputs(run_dir, "refine") + ["data/repair_grpo"])
     found = harvest(cfg, run_dir, "refine", str(sft))
     data, mix, programs = mixed_training_data(cfg, run_dir, "refine", training_data_for(cfg, Path(run_dir) / "data"),
                                               [found])
@@ -421,4 +439,5 @@ def train_self(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
 
 # arm name (harness/arms.py's `training`) -> its training function
 TRAININGS: dict[str, Callable[[Any, Path, Trainers], Trained]] = {
-    "repair_sft": train_repair_sft, "trained": train_trained, "grpo_only": train_grpo_only, "refine": train_refine, "self": train_self}
+    "repair_sft": train_repair_sft, "trained": train_trained, "grpo_only": train_grpo_only, "refine": train_refine,
+    "self": train_self}

@@ -230,6 +230,17 @@ def heldin_first_refinement(cfg: Any, run_dir: Path, model: str, label: str,
             "tasks": rows}
 
 
+def training_eval_point(cfg: Any, run_dir: Path, model: str, step: int, evals: list[dict[str, Any]],
+                        say: Callable[[str], None] = lambda line: print(line, flush=True)) -> None:
+    """One point of the trained arm's held-in repair rate during repair GRPO (heldin_first_refinement), added to
+    `evals` and kept in <run>/repair_training_eval.json (W8_REPAIR_TRAIN_EVAL); one line said."""
+    evals.append({"step": step, **(point := heldin_first_refinement(cfg, run_dir, model, f"grpo-step{step}"))})
+    atomic_write_json(Path(run_dir) / "repair_training_eval.json", {"points": evals})
+    s = point["summary"]
+    say(f"[03_grpo] trained: held-in repair at GRPO step {step}: first refinement {s['all']['first_refinement']}/"
+        f"{s['all']['tasks']} (synthetic {s['synthetic']['first_refinement']}/{s['synthetic']['tasks']})")
+
+
 def heldin_tasks(run_dir: Path) -> list[RepairTask]:
     """The run's held-in repair benchmark (<run>/repair_heldin.jsonl, written by step 01)."""
     return [RepairTask.from_json(json.loads(line))

@@ -3,6 +3,7 @@
     W8_PRESET=study python scripts/bench/bench_repair_training.py --out .w8-biayn/repair-train-s0   # the study's recipe
     W8_PRESET=study W8_TRAIN_SEED=1 python scripts/bench/bench_repair_training.py --out .w8-biayn/repair-train-s1
     W8_PRESET=study W8_REPAIR_SFT_ROWS=80 python scripts/bench/bench_repair_training.py --stages sft --out /tmp/rt
+    ... --into .w8-biayn/repair/eval-b2     # also compared there with the frozen and sft arms of scripts/repair_eval.py
 
 What `make study` trains under the repair curriculum, without its searches of held-out tasks: --out is used as
 a run folder. Step 01's held-in benchmark file (<out>/repair_heldin.jsonl, harness.split_check), then the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import sys
 import time
 from pathlib import Path
@@ -28,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from harness.arm_training import TRAININGS, Trainers  # noqa: E402
 from harness.config import add_flags, load_config_or_exit  # noqa: E402
 from harness.exports import newest_export  # noqa: E402
-from harness.files import WORK_DIR  # noqa: E402
-from harness.repair_eval import summary_line  # noqa: E402
+from harness.files import WORK_DIR, atomic_write_json  # noqa: E402
+from harness.repair_eval import CEILING, paired, summary_line  # noqa: E402
 from harness.repair_training import run_benchmark  # noqa: E402
 from harness.split_check import write_repair_files  # noqa: E402
 
@@ -44,11 +46,33 @@ def step03():
     return module
 
 
+def merge_into(folder: Path, results: dict, suffix: str) -> dict:
+    """This run's model arms, renamed <arm><suffix>, added to <folder>/repair_eval.json; every pair compared."""
+    path = folder / "repair_eval.json"
+    merged = json.loads(path.read_text())
+    ids = {r["task_id"] for r in next(iter(merged["arms"].values()))["tasks"]}
+    for name, entry in results["arms"].items():
+        if name == CEILING:
+            continue
+        if {r["task_id"] for r in entry["tasks"]} != ids:
+            raise SystemExit(f"error: --into {folder}: its held-in tasks are not this run's (other knobs?)")
+        merged["arms"][name + suffix] = entry
+    names = sorted(merged["arms"])
+    merged["paired"] = {f"{a} vs {b}": {key: paired(merged["arms"][a]["tasks"], merged["arms"][b]["tasks"], key)
+                                        for key in ("first_refinement", "solved_node")}
+                        for a in names for b in names if a < b}
+    atomic_write_json(path, merged)
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(WORK_DIR / "repair-train"), help="the run-like output folder")
     parser.add_argument("--stages", default="sft,grpo", help="sft | sft,grpo [sft,grpo]")
+    parser.add_argument("--into", default=None, help="also add the arms, named <arm>-s<W8_TRAIN_SEED>, to this "
+                        "folder's repair_eval.json (scripts/repair_eval.py's: the same held-in tasks) and compare "
+                        "them there with its other arms")
     add_flags(parser)
     args = parser.parse_args(argv)
     cfg = load_config_or_exit(argv, parser=parser)
@@ -80,6 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     walls["benchmark"] = round(time.monotonic() - start, 1)
     for name in sorted(results["arms"]):
         print(summary_line(name, results["arms"][name]["summary"]))
+    if args.into:
+        merged = merge_into(Path(args.into), results, f"-s{cfg.train_seed}")
+        for name in sorted(merged["paired"]):
+            t = merged["paired"][name]["first_refinement"]
+            print(f"{name}, first refinement over {t['tasks']} tasks: {t['better']} better, {t['worse']} worse, "
+                  f"sign test {t['p_text']}")
     print(f"wall s: {walls}; train seed {cfg.train_seed}; -> {out / 'repair_eval.json'}")
     return 0
 
