@@ -1,22 +1,24 @@
-"""The repair curriculum's training data: the repair warm-start's SFT rows and the repair GRPO rows.
+"""The repair curriculum's training: the repair warm-start's SFT rows, the repair GRPO rows, the held-in checks.
 
-    from harness.repair_training import warmstart_data, grpo_data
-    data, info = warmstart_data(cfg, run_dir, model)   # <run>/data/repair_sft/sft/train.jsonl (+ its harvest)
-    data, info = grpo_data(cfg, run_dir)               # <run>/data/repair_grpo/train.parquet
+    from harness.repair_training import warmstart_data, grpo_data, run_benchmark
+    info = warmstart_data(cfg, run_dir, sft)      # sft(data, steps) -> export: <run>/data/repair_sft/stage{1,2}/
+    data, info = grpo_data(cfg, run_dir)          # <run>/data/repair_grpo/train.parquet
+    run_benchmark(cfg, run_dir, {"sft": export})  # <run>/repair_eval.json: the held-in benchmark per arm
 
 The warm-start (the repair_sft arm) answers refinement prompts of train repair tasks (harness.repair: a parent
 below gold, shown with the failures the search shows) with the program that fixes them. Its rows:
 - repair rows: W8_REPAIR_SFT_ROWS tasks less the relabeled ones below, spread evenly over BINS equal-width
   bins of the parent's balanced accuracy (parents one rule below gold range from nearly gold to far from it),
   round-robin over the families inside a bin; each answered with the task's reference;
-- relabeled rows (as SOAR does): the start model refines the parents of W8_REPAIR_SOAR_TASKS synthetic train
-  tasks once (one search node each, the search's own prompt and sampling); each valid program that is not gold
-  and not the parent unchanged becomes a new parent, shown with its own failures and answered with ITSELF plus
-  the task's rule (harness.repair.splice), kept only when that answer is gold on the task in the sandbox;
-- the warm-start's zero-shot rows (W8_SFT_COUNT), so node 0 keeps its program.
+- relabeled rows (as SOAR does): after a first stage on half of the repair rows, that stage's export refines
+  the parents of W8_REPAIR_SOAR_TASKS other synthetic train tasks once (one search node each, the search's own
+  prompt and sampling); each valid program that is not gold and not the parent unchanged becomes a new parent,
+  shown with its own failures and answered with ITSELF plus the task's rule (harness.repair.splice), kept only
+  when that answer is gold on the task; the second stage trains on them and the other repair rows;
+- the warm-start's zero-shot rows (W8_SFT_COUNT, in the first stage), so node 0 keeps its program.
 Rows are shuffled with W8_TRAIN_SEED; one SFT step per row. The repair GRPO rows are W8_TRAIN_COUNT refinement
-prompts of other train repair tasks (harness.repair_rows.repair_refine_rows: the reward scores every example
-of the task, shown and unshown, gold or the shaped improvement over the parent).
+prompts of train repair tasks (harness.repair_rows.repair_refine_rows: the reward scores every example of the
+task, shown and unshown, gold or the shaped improvement over the parent).
 """
 
 from __future__ import annotations
