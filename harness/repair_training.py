@@ -37,7 +37,7 @@ from harness.operators import Operator, operator_from_config
 from harness.prompts import build_refine_prompt
 from harness.repair import ANCHOR, RepairKnobs, RepairTask, make_side, splice
 from harness.repair_eval import (CEILING, RootedOperator, RuleLibraryOperator, arm_summary, evaluate_arm,
-                                 evaluate_arms)
+                                 evaluate_arms, summary_line)
 from harness.repair_rows import repair_refine_rows, repair_sft_rows
 from harness.rewards import RewardKnobs, score_harness
 from harness.rule_split import Design
@@ -249,8 +249,8 @@ def heldin_tasks(run_dir: Path) -> list[RepairTask]:
             for line in (Path(run_dir) / "repair_heldin.jsonl").read_text().splitlines() if line]
 
 
-def run_benchmark(cfg: Any, run_dir: Path, models: dict[str, str], operator_for: Any = None,
-                  progress: Any = print) -> dict[str, Any]:
+def run_benchmark(cfg: Any, run_dir: Path, models: dict[str, str], operator_for: Any = None, progress: Any = print,
+                  say: Callable[[str], None] = lambda line: print(line, flush=True)) -> dict[str, Any]:
     """<run>/repair_eval.json: the held-in repair benchmark (W8_REPAIR_BUDGET refinements a task) for every arm
     (name -> its model) and the rule-library ceiling, each arm's searches under <run>/repair_eval/<arm>/
     (resumable), compared in pairs (harness.repair_eval.evaluate_arms)."""
@@ -260,8 +260,11 @@ def run_benchmark(cfg: Any, run_dir: Path, models: dict[str, str], operator_for:
     knobs = SearchKnobs(cfg.repair_budget, cfg.search_c, cfg.search_seed, RewardKnobs.from_config(cfg))
     makers = {CEILING: lambda: RuleLibraryOperator(tasks, Design.of(cfg).heldout_rules),
               **{arm: (lambda m=model: operator_for(m)) for arm, model in models.items()}}
-    results = evaluate_arms(makers, tasks, knobs, Path(run_dir) / "repair_eval", None,
-                            models={CEILING: CEILING, **models}, progress=progress)
+    results: dict[str, Any] = {"arms": {}}
+    for name, make in makers.items():  # one arm at a time, a line as each finishes
+        evaluate_arms({name: make}, tasks, knobs, Path(run_dir) / "repair_eval", results,
+                      models={CEILING: CEILING, **models}, progress=progress)
+        say(f"repair {summary_line(name, results['arms'][name]['summary'])} ({results['arms'][name]['seconds']:.0f}s)")
     results["knobs"] = {**knobs.record(), "heldin_tasks": len(tasks), "operator": cfg.operator,
                         "operator_max_new_tokens": cfg.operator_max_new_tokens,
                         "operator_temperature": cfg.operator_temperature, "gguf_type": cfg.gguf_type}

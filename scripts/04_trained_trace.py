@@ -37,7 +37,6 @@ from harness.arms import ARMS  # noqa: E402
 from harness.exports import newest_export  # noqa: E402
 from harness.files import REPO_ROOT  # noqa: E402
 from harness.pipeline import StepError, StepResult, record_sandbox, run_step  # noqa: E402
-from harness.repair_eval import summary_line  # noqa: E402
 from harness.repair_training import run_benchmark  # noqa: E402
 from harness.rule_split import curriculum_of  # noqa: E402
 from harness.traces import arm_file, load_traces, steps_summary  # noqa: E402
@@ -81,10 +80,8 @@ def body(cfg, run_dir: Path, args) -> StepResult:
     if curriculum_of(cfg) == "repair" and (run_dir / "repair_heldin.jsonl").is_file():
         # the held-in repair benchmark of every arm (frozen: the model as shipped) and the rule-library ceiling
         print(f"[{STEP}] the held-in repair benchmark: {', '.join(['frozen', *arms])} and the ceiling", flush=True)
-        results = run_benchmark(cfg, run_dir, {"frozen": cfg.harness_model, **{a: str(p) for a, p in arms.items()}},
-                                progress=None)
-        for name in sorted(results["arms"]):
-            print(f"[{STEP}] repair {summary_line(name, results['arms'][name]['summary'])}", flush=True)
+        run_benchmark(cfg, run_dir, {"frozen": cfg.harness_model, **{a: str(p) for a, p in arms.items()}},
+                      progress=None, say=lambda line: print(f"[{STEP}] {line}", flush=True))
         outputs.append("repair_eval.json")
     return StepResult(outputs, summary,
                       extra={"arms": {arm: str(path.relative_to(run_dir)) for arm, path in arms.items()}})

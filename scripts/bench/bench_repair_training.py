@@ -31,7 +31,7 @@ from harness.arm_training import TRAININGS, Trainers  # noqa: E402
 from harness.config import add_flags, load_config_or_exit  # noqa: E402
 from harness.exports import newest_export  # noqa: E402
 from harness.files import WORK_DIR, atomic_write_json  # noqa: E402
-from harness.repair_eval import CEILING, paired, summary_line  # noqa: E402
+from harness.repair_eval import CEILING, paired  # noqa: E402
 from harness.repair_training import run_benchmark  # noqa: E402
 from harness.split_check import write_repair_files  # noqa: E402
 
@@ -102,8 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     results = run_benchmark(cfg, out, models, progress=None)
     walls["benchmark"] = round(time.monotonic() - start, 1)
-    for name in sorted(results["arms"]):
-        print(summary_line(name, results["arms"][name]["summary"]))
     if args.into:
         merged = merge_into(Path(args.into), results, f"-s{cfg.train_seed}")
         for name in sorted(merged["paired"]):
