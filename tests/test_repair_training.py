@@ -211,3 +211,20 @@ def test_no_tries_keeps_every_group():
     assert flat([]) and flat([0.2, 0.2]) and not flat([0.2, 0.3])
     with pytest.raises(ValueError):
         DynamicSampling(rows("a"), tries=-1, seed=0)
+
+
+def test_the_run_benchmark_writes_every_arm_beside_the_ceiling(tmp_path: Path):
+    from harness.repair_training import run_benchmark
+    from harness.split_check import write_repair_files
+
+    cfg = load_config(env=SMALL)
+    assert "repair_heldin.jsonl" in write_repair_files(cfg, tmp_path)
+    lines = []
+    results = run_benchmark(cfg, tmp_path, {"fixed": "a-model"}, operator_for=lambda m: Fixed(), progress=None,
+                            say=lines.append)
+    saved = json.loads((tmp_path / "repair_eval.json").read_text())
+    assert set(saved["arms"]) == {"rule-library", "fixed"} == set(results["arms"])
+    ceiling, fixed = saved["arms"]["rule-library"]["summary"]["all"], saved["arms"]["fixed"]["summary"]["all"]
+    assert ceiling["first_refinement"] == ceiling["tasks"] > 0 and fixed["first_refinement"] == 0
+    assert saved["paired"]["fixed vs rule-library"]["first_refinement"]["worse"] == ceiling["tasks"]
+    assert saved["arms"]["fixed"]["model"] == "a-model" and len(lines) == 2 and lines[1].startswith("repair fixed:")
