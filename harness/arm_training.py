@@ -300,7 +300,7 @@ def train_repair_sft(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
                 "nodes": n, "searches": n, "worker_s": harvest_s}
     return Trained(cfg.harness_model, {"rows": rows, "harvests": [harvest_], "start_model": cfg.harness_model,
                                        "trainer_wall_s": round(time.monotonic() - start - harvest_s, 1)},
-                   ["data/repair_sft/rows.json"], ["data/repair_sft"])
+                   ["repair_sft_rows.json"], ["data/repair_sft"])
 
 
 def train_trained(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:

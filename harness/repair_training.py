@@ -140,7 +140,7 @@ def own_refinements(operator: Operator, tasks: Sequence[RepairTask], knobs: Sear
 def warmstart_data(cfg: Any, run_dir: Path, sft: Callable[[TrainingData, int], str],
                    operator_for: Any = None) -> dict[str, Any]:
     """The repair warm-start (module doc), trained through `sft(data, steps) -> export` (a fine-tune of the base
-    model that resumes from its own newest export): its numbers, also in <run>/data/repair_sft/rows.json.
+    model that resumes from its own newest export): its numbers, also in <run>/repair_sft_rows.json.
 
     Two stages when there are relabeling tasks (W8_REPAIR_SOAR_TASKS), as SOAR's rounds: stage 1 trains on the
     zero-shot rows and the first half of the repair rows; its export refines the relabeling tasks' parents once
@@ -186,7 +186,7 @@ def warmstart_data(cfg: Any, run_dir: Path, sft: Callable[[TrainingData, int], s
             "stage1_rows": len(first), "stage2_rows": len(second), "repair_rows": len(repair),
             "relabeled_rows": harvest["kept"], "zero_shot_rows": len(zero), "families": len({t.family for t in repair}),
             "relabel_harvest": harvest, "parent_bins": bin_counts(tasks, repair), "train_seed": cfg.train_seed}
-    atomic_write_json(folder / "rows.json", info)
+    atomic_write_json(run_dir / "repair_sft_rows.json", info)
     return info
 
 

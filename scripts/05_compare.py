@@ -248,7 +248,7 @@ def heldout_rule_lines(result: dict, run_dir: Path) -> list[str]:
         lines += [f"- {summary_line(arm, data['arms'][arm]['summary'])}" for arm in sorted(data["arms"])]
         for pair, tests in sorted(data.get("paired", {}).items()):
             a, _, b = pair.partition(" vs ")
-            if {a, b} & {"repair_sft", "trained"} and not {a, b} <= {"repair_sft", "trained"}:
+            if {a, b} & {"repair_sft", "trained"} and {a, b} <= {"frozen", "sft", "repair_sft", "trained", CEILING}:
                 t = tests["first_refinement"]
                 lines.append(f"- {pair}, first refinement over {t['tasks']} tasks: {t['better']} better, "
                              f"{t['worse']} worse, sign test {t['p_text']}")

@@ -125,7 +125,7 @@ def test_warmstart_trains_two_stages_around_the_relabeling_harvest(tmp_path: Pat
     assert info["repair_rows"] + info["relabeled_rows"] == 10 and info["zero_shot_rows"] == 2
     assert info["rows"] == info["steps"] == len(first) + len(second) == 12
     assert sum(b["chosen"] for b in info["parent_bins"]) == info["repair_rows"]
-    assert json.loads((tmp_path / "data" / "repair_sft" / "rows.json").read_text()) == info
+    assert json.loads((tmp_path / "repair_sft_rows.json").read_text()) == info
     again = []
     warmstart_data(cfg, tmp_path / "again", recording_sft(again), operator_for=lambda m: Fixed())
     assert again == calls  # seeded by W8_TRAIN_SEED
