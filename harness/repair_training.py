@@ -160,7 +160,7 @@ def warmstart_data(cfg: Any, run_dir: Path, sft: Callable[[TrainingData, int], s
     half = len(chosen) // 2 if soar_tasks else len(chosen)
     first = zero + repair_sft_rows(chosen[:half], reward)
     rng.shuffle(first)
-    export = sft(stage_data(zero_shot, folder / "stage1", first), len(first))
+    export = stage_export(sft(stage_data(zero_shot, folder / "stage1", first), len(first)), len(first))
     harvest = {"tasks": len(soar_tasks), "programs": 0, "kept": 0, "wall_s": 0.0, "model": None}
     second: list[dict[str, Any]] = []
     repair = chosen[:half]  # the repair tasks trained on (their reference as the answer)
@@ -188,6 +188,13 @@ def warmstart_data(cfg: Any, run_dir: Path, sft: Callable[[TrainingData, int], s
             "relabel_harvest": harvest, "parent_bins": bin_counts(tasks, repair), "train_seed": cfg.train_seed}
     atomic_write_json(run_dir / "repair_sft_rows.json", info)
     return info
+
+
+def stage_export(newest: str, step: int) -> str:
+    """Stage 1's own export (global_step_<step>/policy beside the newest one the trainer returned): on a resume
+    after stage 2 the newest is stage 2's, and the relabeling harvest must resume with the model it began with."""
+    own = Path(newest).parent.parent / f"global_step_{step}" / "policy"
+    return str(own) if own.is_dir() else str(newest)
 
 
 def stage_data(base: TrainingData, folder: Path, rows: list[dict[str, Any]]) -> TrainingData:
