@@ -36,7 +36,7 @@ def test_steps_01_04_05_for_real(step_env):
     assert early.returncode == 1
     assert early.stderr.strip().splitlines() == [
         f"error: [05_compare] {run_dir} has 0 arm trace(s) (none); a compare needs two: run step 01 (frozen) or 04 "
-        "(sft, trained, grpo_only, refine, self) first"]
+        "(sft, repair_sft, trained, grpo_only, refine, self) first"]
 
     # the flag, not the environment, decides the sandbox (a DAYTONA_API_KEY in the shell must not win)
     frozen = step("01_frozen_trace", {**env, "DAYTONA_API_KEY": "dtn-not-a-real-key"}, "--sandbox", "local")
