@@ -203,7 +203,12 @@ def grpo_zero_variance(run_dir: Path) -> dict[str, dict]:
         if arm not in grpo or not path.is_file():
             continue
         steps = json.loads(path.read_text()).get("steps") or []
-        shares = [s.get("zero_variance_groups") for s in steps if s.get("zero_variance_groups") is not None]
+        # the dynamic-sampling record (every group sampled; flat = max - min <= 1e-9) where a step has it: TRL's
+        # frac_reward_zero_std tests std against 0 with isclose's 1e-8, and float noise (std 1e-7 in a group of
+        # eight equal rewards) reads as variance
+        shares = [s["zero_variance_share_sampled"] if s.get("zero_variance_share_sampled") is not None
+                  else s.get("zero_variance_groups") for s in steps]
+        shares = [x for x in shares if x is not None]
         kinds = [(s.get("prompts_zero_shot"), s.get("prompts_refine")) for s in steps]
         out[arm] = {"per_step": shares, "share": round(sum(shares) / len(shares), 4) if shares else None,
                     "steps": len(steps),
