@@ -57,6 +57,7 @@ from harness.rewards import RewardKnobs
 from harness.repair_training import grpo_data, training_eval_point, warmstart_data
 from harness.rule_split import Design, curriculum_of
 from harness.run_folder import StepError
+from harness.train_local import grpo_steps
 from harness.training_data import (TrainingData, mixed_rows, program_row, refine_row, row_prompt_kind, skyrl_row,
                                    train_tasks, training_data_for, write_jsonl_rows, write_parquet_rows)
 
@@ -319,8 +320,7 @@ def train_trained(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
                         "under <run>/repair_sft")
     data, info = grpo_data(cfg, run_dir, sft_dir=Path(run_dir) / "data" / "repair_sft" / "stage1")
     say(f"grpo: start model {start}; {info['rows']} repair refinement prompts over {info['families']} families")
-    steps = min(cfg.grpo_max_steps, cfg.grpo_epochs * data.n_train) if cfg.grpo_max_steps else \
-        cfg.grpo_epochs * data.n_train
+    steps = grpo_steps(data.n_train, cfg.grpo_epochs, cfg.grpo_max_steps)
     evals: list[dict[str, Any]] = []
     check = cfg.repair_train_eval and cfg.backend == "local" and (Path(run_dir) / "repair_heldin.jsonl").is_file()
     began = time.monotonic()

@@ -186,11 +186,22 @@ def evaluate_arms(arms: dict[str, Callable[[], Operator]], tasks: Sequence[Repai
         results["arms"][name] = {"model": (models or {}).get(name, CEILING if name == CEILING else ""),
                                  "operator": operator.describe(), "seconds": round(time.monotonic() - start, 1),
                                  "summary": arm_summary(rows), "tasks": rows}
-    names = sorted(results["arms"])
-    results["paired"] = {f"{a} vs {b}": {key: paired(results["arms"][a]["tasks"], results["arms"][b]["tasks"], key)
-                                         for key in ("first_refinement", "solved_node")}
-                         for a in names for b in names if a < b}
+    results["paired"] = pair_all(results["arms"])
     return results
+
+
+def pair_all(arms: dict[str, Any]) -> dict[str, Any]:
+    """repair_eval.json's "paired": every pair of arms (by name) compared over the same tasks, node 1 and budget."""
+    names = sorted(arms)
+    return {f"{a} vs {b}": {key: paired(arms[a]["tasks"], arms[b]["tasks"], key)
+                            for key in ("first_refinement", "solved_node")} for a in names for b in names if a < b}
+
+
+def benchmark_knobs(cfg: Any, knobs: SearchKnobs, n_tasks: int) -> dict[str, Any]:
+    """repair_eval.json's "knobs": the searches' knobs, the task count and the operator's decoding."""
+    return {**knobs.record(), "heldin_tasks": n_tasks, "operator": cfg.operator,
+            "operator_max_new_tokens": cfg.operator_max_new_tokens, "operator_temperature": cfg.operator_temperature,
+            "gguf_type": cfg.gguf_type}
 
 
 def summary_line(arm: str, summary: dict[str, Any]) -> str:

@@ -36,8 +36,8 @@ from harness.interface import program_key
 from harness.operators import Operator, operator_from_config
 from harness.prompts import build_refine_prompt
 from harness.repair import ANCHOR, RepairKnobs, RepairTask, make_side, splice
-from harness.repair_eval import (CEILING, RootedOperator, RuleLibraryOperator, arm_summary, evaluate_arm,
-                                 evaluate_arms, summary_line)
+from harness.repair_eval import (CEILING, RootedOperator, RuleLibraryOperator, arm_summary, benchmark_knobs,
+                                 evaluate_arm, evaluate_arms, summary_line)
 from harness.repair_rows import repair_refine_rows, repair_sft_rows
 from harness.rewards import RewardKnobs, score_harness
 from harness.rule_split import Design
@@ -137,6 +137,11 @@ def own_refinements(operator: Operator, tasks: Sequence[RepairTask], knobs: Sear
     return [(trace["nodes"][1]["code"] or None) if len(trace["nodes"]) > 1 else None for trace in traces]
 
 
+def model_operator(cfg: Any) -> Callable[[str], Operator]:
+    """model -> the run's operator (W8_OPERATOR and its decoding knobs) on that model."""
+    return lambda model: operator_from_config(cfg.replace(harness_model=model))
+
+
 def warmstart_data(cfg: Any, run_dir: Path, sft: Callable[[TrainingData, int], str],
                    operator_for: Any = None) -> dict[str, Any]:
     """The repair warm-start (module doc), trained through `sft(data, steps) -> export` (a fine-tune of the base
@@ -165,7 +170,7 @@ def warmstart_data(cfg: Any, run_dir: Path, sft: Callable[[TrainingData, int], s
     second: list[dict[str, Any]] = []
     repair = chosen[:half]  # the repair tasks trained on (their reference as the answer)
     if soar_tasks:
-        operator_for = operator_for or (lambda m: operator_from_config(cfg.replace(harness_model=m)))
+        operator_for = operator_for or model_operator(cfg)
         start = time.monotonic()
         operator = operator_for(export)
         try:
@@ -225,8 +230,7 @@ def heldin_first_refinement(cfg: Any, run_dir: Path, model: str, label: str,
     `model` as the run's operator: its summary (harness.repair_eval.arm_summary) and per-task rows, the searches
     kept under <run>/repair_training_eval/<label>/ (resumable)."""
     tasks = heldin_tasks(run_dir)
-    if operator_for is None:
-        operator_for = lambda m: operator_from_config(cfg.replace(harness_model=m))  # noqa: E731
+    operator_for = operator_for or model_operator(cfg)
     knobs = SearchKnobs(1, cfg.search_c, cfg.search_seed, RewardKnobs.from_config(cfg))
     start = time.monotonic()
     operator = operator_for(model)
@@ -262,8 +266,7 @@ def run_benchmark(cfg: Any, run_dir: Path, models: dict[str, str], operator_for:
     (name -> its model) and the rule-library ceiling, each arm's searches under <run>/repair_eval/<arm>/
     (resumable), compared in pairs (harness.repair_eval.evaluate_arms)."""
     tasks = heldin_tasks(run_dir)
-    if operator_for is None:
-        operator_for = lambda m: operator_from_config(cfg.replace(harness_model=m))  # noqa: E731
+    operator_for = operator_for or model_operator(cfg)
     knobs = SearchKnobs(cfg.repair_budget, cfg.search_c, cfg.search_seed, RewardKnobs.from_config(cfg))
     makers = {CEILING: lambda: RuleLibraryOperator(tasks, Design.of(cfg).heldout_rules),
               **{arm: (lambda m=model: operator_for(m)) for arm, model in models.items()}}
@@ -272,8 +275,6 @@ def run_benchmark(cfg: Any, run_dir: Path, models: dict[str, str], operator_for:
         evaluate_arms({name: make}, tasks, knobs, Path(run_dir) / "repair_eval", results,
                       models={CEILING: CEILING, **models}, progress=progress)
         say(f"repair {summary_line(name, results['arms'][name]['summary'])} ({results['arms'][name]['seconds']:.0f}s)")
-    results["knobs"] = {**knobs.record(), "heldin_tasks": len(tasks), "operator": cfg.operator,
-                        "operator_max_new_tokens": cfg.operator_max_new_tokens,
-                        "operator_temperature": cfg.operator_temperature, "gguf_type": cfg.gguf_type}
+    results["knobs"] = benchmark_knobs(cfg, knobs, len(tasks))
     atomic_write_json(Path(run_dir) / "repair_eval.json", results)
     return results

@@ -29,7 +29,8 @@ from harness.config import add_flags, load_config_or_exit  # noqa: E402
 from harness.files import WORK_DIR, atomic_write_json  # noqa: E402
 from harness.operators import OperatorError, make_operator  # noqa: E402
 from harness.repair import RepairError, RepairKnobs, RepairTask, make_side  # noqa: E402
-from harness.repair_eval import CEILING, RuleLibraryOperator, evaluate_arms, summary_line  # noqa: E402
+from harness.repair_eval import (CEILING, RuleLibraryOperator, benchmark_knobs, evaluate_arms,  # noqa: E402
+                                 summary_line)
 from harness.rewards import RewardKnobs  # noqa: E402
 from harness.rule_split import Design, SplitError  # noqa: E402
 from harness.search import SearchKnobs, SearchStateError  # noqa: E402
@@ -83,9 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OperatorError, SearchStateError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    results["knobs"] = {**knobs.record(), "heldin_tasks": len(tasks), "operator": cfg.operator,
-                        "operator_max_new_tokens": cfg.operator_max_new_tokens,
-                        "operator_temperature": cfg.operator_temperature, "gguf_type": cfg.gguf_type}
+    results["knobs"] = benchmark_knobs(cfg, knobs, len(tasks))
     names = sorted(results["arms"])
     atomic_write_json(result_path, results)
     for name in names:

@@ -175,12 +175,16 @@ def rows(*names):
     return [{"extra_info": {"task_id": n}} for n in names]
 
 
+def dynamic(sampling: DynamicSampling, rewards_by_task: dict) -> Base:
+    """The stand-in trainer with dynamic sampling; the rewards it reads are its own latest group's."""
+    trainer = None
+    trainer = with_dynamic_sampling(Base, sampling, lambda: trainer.last)(rewards_by_task)
+    return trainer
+
+
 def test_flat_groups_are_replaced_and_recorded():
     sampling = DynamicSampling(rows("b", "c"), tries=3, seed=0)
-    trainer = None
-
-    Trainer = with_dynamic_sampling(Base, sampling, lambda: trainer.last)
-    trainer = Trainer({"a": [0.5] * 4, "b": [0.5] * 4, "c": [0.1, 0.9, 0.5, 0.5]})
+    trainer = dynamic(sampling, {"a": [0.5] * 4, "b": [0.5] * 4, "c": [0.1, 0.9, 0.5, 0.5]})
     out = trainer._generate_and_score_completions(rows("a") * 4)
     assert out["task"] == "c" and trainer.asked[0] == "a"
     step = sampling.take_step()
@@ -192,9 +196,7 @@ def test_flat_groups_are_replaced_and_recorded():
 
 def test_the_last_try_is_kept_even_when_flat():
     sampling = DynamicSampling(rows("a"), tries=2, seed=0)
-    trainer = None
-    Trainer = with_dynamic_sampling(Base, sampling, lambda: trainer.last)
-    trainer = Trainer({"a": [1.0, 1.0]})
+    trainer = dynamic(sampling, {"a": [1.0, 1.0]})
     trainer._generate_and_score_completions(rows("a") * 2)
     step = sampling.take_step()
     assert step["groups_sampled"] == 3 and step["groups_dropped"] == 2 and step["kept_group_flat"]
@@ -203,9 +205,7 @@ def test_the_last_try_is_kept_even_when_flat():
 
 def test_no_tries_keeps_every_group():
     sampling = DynamicSampling(rows("a"), tries=0, seed=0)
-    trainer = None
-    Trainer = with_dynamic_sampling(Base, sampling, lambda: trainer.last)
-    trainer = Trainer({"a": [0.0, 0.0]})
+    trainer = dynamic(sampling, {"a": [0.0, 0.0]})
     trainer._generate_and_score_completions(rows("a") * 2)
     assert sampling.take_step()["groups_sampled"] == 1
     assert flat([]) and flat([0.2, 0.2]) and not flat([0.2, 0.3])

@@ -31,7 +31,7 @@ from harness.arm_training import TRAININGS, Trainers  # noqa: E402
 from harness.config import add_flags, load_config_or_exit  # noqa: E402
 from harness.exports import newest_export  # noqa: E402
 from harness.files import WORK_DIR, atomic_write_json  # noqa: E402
-from harness.repair_eval import CEILING, paired  # noqa: E402
+from harness.repair_eval import CEILING, pair_all  # noqa: E402
 from harness.repair_training import run_benchmark  # noqa: E402
 from harness.split_check import write_repair_files  # noqa: E402
 
@@ -57,10 +57,7 @@ def merge_into(folder: Path, results: dict, suffix: str) -> dict:
         if {r["task_id"] for r in entry["tasks"]} != ids:
             raise SystemExit(f"error: --into {folder}: its held-in tasks are not this run's (other knobs?)")
         merged["arms"][name + suffix] = entry
-    names = sorted(merged["arms"])
-    merged["paired"] = {f"{a} vs {b}": {key: paired(merged["arms"][a]["tasks"], merged["arms"][b]["tasks"], key)
-                                        for key in ("first_refinement", "solved_node")}
-                        for a in names for b in names if a < b}
+    merged["paired"] = pair_all(merged["arms"])
     atomic_write_json(path, merged)
     return merged
 
