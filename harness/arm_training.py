@@ -318,8 +318,10 @@ def train_trained(cfg: Any, run_dir: Path, trainers: Trainers) -> Trained:
     if start is None:
         raise StepError("the trained arm starts from the repair warm-start under the repair curriculum: no export "
                         "under <run>/repair_sft")
-    data, info = grpo_data(cfg, run_dir, sft_dir=Path(run_dir) / "data" / "repair_sft" / "stage1")
-    say(f"grpo: start model {start}; {info['rows']} repair refinement prompts over {info['families']} families")
+    data, info = grpo_data(cfg, run_dir, sft_dir=Path(run_dir) / "data" / "repair_sft" / "stage1", start=str(start))
+    say(f"grpo: start model {start}; {info['rows']} repair refinement prompts over {info['families']} families"
+        + (f" ({info['prefilter']['kept_with_signal']} with unequal rewards over {cfg.grpo_prefilter_samples} samples,"
+           f" of {info['prefilter']['candidates']})" if info["prefilter"] else ""))
     steps = grpo_steps(data.n_train, cfg.grpo_epochs, cfg.grpo_max_steps)
     evals: list[dict[str, Any]] = []
     check = cfg.repair_train_eval and cfg.backend == "local" and (Path(run_dir) / "repair_heldin.jsonl").is_file()

@@ -68,6 +68,16 @@ def relabel_generations(cfg: Any) -> int:
     return min(cfg.repair_soar_tasks, cfg.repair_sft_rows) if repair(cfg) else 0
 
 
+PREFILTER_POOL = 2  # the repair GRPO rows are chosen from this many times W8_TRAIN_COUNT prompts (pass-rate filter)
+
+
+def trained_other_generations(cfg: Any) -> int:
+    """The trained arm's sampling outside GRPO under the repair curriculum: its start's relabeling harvest, and the
+    pass-rate filter's W8_GRPO_PREFILTER_SAMPLES answers to each of PREFILTER_POOL x W8_TRAIN_COUNT prompts."""
+    return relabel_generations(cfg) + (PREFILTER_POOL * cfg.train_count * cfg.grpo_prefilter_samples
+                                       if repair(cfg) else 0)
+
+
 ARMS: tuple[Arm, ...] = (
     Arm("frozen", "the model as shipped (W8_HARNESS_MODEL)", "-", "always", lambda cfg: True, (),
         colour="#0072B2"),
@@ -89,7 +99,7 @@ ARMS: tuple[Arm, ...] = (
          Comparison("trained", "sft", "what training added to the oracle warm-start", headline=True),
          Comparison("trained", "repair_sft", "what repair GRPO added")),
         colour="#D55E00", folder="grpo", metrics="grpo_metrics.json", from_answer_key=True, grpo=True,
-        training="trained", other_generations=relabel_generations),
+        training="trained", other_generations=trained_other_generations),
     Arm("grpo_only", "the model as shipped", "GRPO", "W8_GRPO_ONLY_ARM (with SFT)",
         lambda cfg: bool(cfg.grpo_only_arm) and cfg.harness_sft_steps > 0,
         (Comparison("grpo_only", "frozen", "GRPO without the warm-start"),

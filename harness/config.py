@@ -29,8 +29,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from harness.node_env import SKYRL_REF
 from harness.knob_parser import KnobParser
-from harness.knob_rules import (accelerator_spec, bucket_uri, choice, int_range, optional, optional_range, positive,
-                                rule_families, unit_closed, unit_open_closed, worker_count, yes_no)
+from harness.knob_rules import (OTHER_ENV, accelerator_spec, bucket_uri, choice, int_range, optional, optional_range,
+                                positive, rule_families, unit_closed, unit_open_closed, worker_count, yes_no)
 from harness.rule_split import SPLIT_KINDS
 
 PRESETS_DIR = Path(__file__).resolve().parent.parent / "presets"
@@ -204,6 +204,12 @@ KNOBS: tuple[Knob, ...] = (
           "(as SOAR does; 0 = none)", int_range(0, 10000)),
     _knob("grpo_dynamic_tries", int, 4, "extra groups a local GRPO step may sample when a group's rewards are all "
           "equal (dropped and replaced, as DAPO's dynamic sampling does); 0 = keep every group", int_range(0, 64)),
+    _knob("grpo_prefilter_samples", int, 0, "under the repair curriculum, answers the trained arm's start model "
+          "samples to each of 2 x W8_TRAIN_COUNT repair prompts before GRPO; the prompts whose rewards differ are "
+          "trained on first (pass-rate filtering, as DAPO; harness/repair_training.py); 0 = no filter", int_range(0, 64)),
+    _knob("grpo_sampler", str, "hf", "who samples a local GRPO group: hf (the trainer's own generate) | llamacpp "
+          "(llama.cpp workers on a GGUF of the current weights each step; the trainer recomputes the logprobs)",
+          choice("hf", "llamacpp")),
     _knob("repair_train_eval", yes_no, True, "under the repair curriculum, the held-in repair benchmark's first "
           "refinement rate of the trained arm at GRPO step 0, half-way and the end (<run>/repair_training_eval.json)",
           ((lambda v: isinstance(v, bool)), "0 or 1")),
@@ -253,28 +259,6 @@ BEFORE_THE_KNOB = {"split": "page", "curriculum": "none", "grpo_dynamic_tries": 
 def recorded_value(knobs: Mapping[str, Any], name: str) -> Any:
     """A knob's value in a run's recorded knobs: the recorded one, else what runs did before the knob existed."""
     return knobs[name] if name in knobs else BEFORE_THE_KNOB.get(name, BY_NAME[name].default)
-
-# The W8_ variables that are not knobs (not recorded in run_config.json, no flag): where files go and
-# which tools run, read where they are used. Any other W8_ name in the environment is a typo and stops
-# the program (unknown_env_error), so this list is the whole vocabulary together with KNOBS.
-OTHER_ENV = {
-    "W8_RESULTS_ROOT": "where scripts/run_r3.sh copies a run's small artifacts (results/; make smoke: "
-                       ".w8-biayn/smoke-results)",
-    "W8_RUNS_ROOT": "where run folders live (.w8-biayn/runs)",
-    "W8_LOGS_DIR": "saved launch and watch logs (.w8-biayn/logs)",
-    "W8_PYTHON": "the interpreter scripts/run_r3.sh runs the steps with",
-    "W8_STEPS_DIR": "tests only: swaps the step scripts scripts/run_r3.sh runs",
-    "W8_EMIT_RESULTS": "1: print W8_RESULT lines off a node too (on a node, SKYPILOT_NODE_RANK set, always)",
-    "W8_GIT_SHA": "the git sha recorded where .git is absent (the launcher sends it to the node)",
-    "W8_GCP_KEY_FILE": "the service-account JSON (.gcp-service-account.json)",
-    "W8_CHROMIUM": "the Chromium executable of the harvest (/usr/bin/chromium)",
-    "W8_CT2_CACHE": "where the ct2 operator keeps its converted models (each step sets <run>/cache/ct2; else .w8-biayn/ct2)",
-    "W8_GGUF_CACHE": "where the llamacpp operator keeps its GGUF copies (each step sets <run>/cache/gguf; else "
-                     ".w8-biayn/gguf)",
-    "W8_FAKE_GPU_TRAINER": "tests only: the fake GPU trainer's result file (tests/fake_gpu)",
-    "W8_TEST_SECRET": "tests only: a secret the sandbox must not leak",
-}
-
 
 def unknown_env_error(env: Mapping[str, str]) -> str | None:
     """One line for the first W8_ variable that is neither a knob nor in OTHER_ENV, with the closest

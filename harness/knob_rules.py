@@ -85,3 +85,25 @@ def optional(type_: Callable[[str], Any]) -> Callable[[str], Any]:
 def optional_range(lo: float, hi: float, what: str = "a number"):
     return (lambda v: v is None or lo <= v <= hi), f"'auto' (the backend's value in harness/hparams.py) or {what} " \
         f"in [{lo:g}, {hi:g}]"
+
+
+# The W8_ variables that are not knobs (not recorded in run_config.json, no flag): where files go and
+# which tools run, read where they are used. Any other W8_ name in the environment is a typo and stops
+# the program (unknown_env_error), so this list is the whole vocabulary together with KNOBS.
+OTHER_ENV = {
+    "W8_RESULTS_ROOT": "where scripts/run_r3.sh copies a run's small artifacts (results/; make smoke: "
+                       ".w8-biayn/smoke-results)",
+    "W8_RUNS_ROOT": "where run folders live (.w8-biayn/runs)",
+    "W8_LOGS_DIR": "saved launch and watch logs (.w8-biayn/logs)",
+    "W8_PYTHON": "the interpreter scripts/run_r3.sh runs the steps with",
+    "W8_STEPS_DIR": "tests only: swaps the step scripts scripts/run_r3.sh runs",
+    "W8_EMIT_RESULTS": "1: print W8_RESULT lines off a node too (on a node, SKYPILOT_NODE_RANK set, always)",
+    "W8_GIT_SHA": "the git sha recorded where .git is absent (the launcher sends it to the node)",
+    "W8_GCP_KEY_FILE": "the service-account JSON (.gcp-service-account.json)",
+    "W8_CHROMIUM": "the Chromium executable of the harvest (/usr/bin/chromium)",
+    "W8_CT2_CACHE": "where the ct2 operator keeps its converted models (each step sets <run>/cache/ct2; else .w8-biayn/ct2)",
+    "W8_GGUF_CACHE": "where the llamacpp operator keeps its GGUF copies (each step sets <run>/cache/gguf; else "
+                     ".w8-biayn/gguf)",
+    "W8_FAKE_GPU_TRAINER": "tests only: the fake GPU trainer's result file (tests/fake_gpu)",
+    "W8_TEST_SECRET": "tests only: a secret the sandbox must not leak",
+}

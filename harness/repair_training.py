@@ -18,7 +18,10 @@ below gold, shown with the failures the search shows) with the program that fixe
 - the warm-start's zero-shot rows (W8_SFT_COUNT, in the first stage), so node 0 keeps its program.
 Rows are shuffled with W8_TRAIN_SEED; one SFT step per row. The repair GRPO rows are W8_TRAIN_COUNT refinement
 prompts of train repair tasks (harness.repair_rows.repair_refine_rows: the reward scores every example of the
-task, shown and unshown, gold or the shaped improvement over the parent).
+task, shown and unshown, gold or the shaped improvement over the parent). A prompt the start model already
+solves every time gives a group of equal rewards, which GRPO learns nothing from: with W8_GRPO_PREFILTER_SAMPLES
+the start model first samples that many answers to each of twice as many prompts, and the prompts whose
+rewards differ are kept first (pass_rate_filter).
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from harness.arms import PREFILTER_POOL
+from harness.dynamic_sampling import flat
+from harness.env import HarnessLegalityEnv
 from harness.failures import failures_to_show
 from harness.files import atomic_write_json
 from harness.interface import program_key
@@ -208,20 +214,63 @@ def stage_data(base: TrainingData, folder: Path, rows: list[dict[str, Any]]) -> 
     return dataclasses.replace(base, sft_dir=folder)
 
 
-def grpo_data(cfg: Any, run_dir: Path, sft_dir: Path | None = None) -> tuple[TrainingData, dict[str, Any]]:
+def grpo_data(cfg: Any, run_dir: Path, sft_dir: Path | None = None, start: str | None = None,
+              operator_for: Any = None) -> tuple[TrainingData, dict[str, Any]]:
     """<run>/data/repair_grpo/train.parquet: W8_TRAIN_COUNT repair refinement rows (balanced like the
-    warm-start's, drawn with their own seed), the data of the trained arm's repair GRPO."""
+    warm-start's, drawn with their own seed), the data of the trained arm's repair GRPO. With `start` (the model
+    GRPO starts from) and W8_GRPO_PREFILTER_SAMPLES, the rows are chosen by pass_rate_filter from twice as many."""
     run_dir = Path(run_dir)
-    reward = RewardKnobs.from_config(cfg)
+    reward = dataclasses.replace(RewardKnobs.from_config(cfg), sandbox="local")
     tasks = make_side("train", Design.of(cfg), RepairKnobs.from_config(cfg))
-    chosen = balanced_tasks(tasks, cfg.train_count, random.Random(f"repair-grpo:{cfg.train_seed}"))
-    rows = repair_refine_rows(chosen, dataclasses.replace(reward, sandbox="local"), cfg.refine_improvement_bonus,
-                              cfg.refine_identical_penalty)
+    k = cfg.grpo_prefilter_samples if start else 0
+    pool = balanced_tasks(tasks, cfg.train_count * (PREFILTER_POOL if k else 1),
+                          random.Random(f"repair-grpo:{cfg.train_seed}"))
+    rows = repair_refine_rows(pool, reward, cfg.refine_improvement_bonus, cfg.refine_identical_penalty)
+    prefilter = None
+    if k:
+        rows, prefilter = pass_rate_filter(cfg, run_dir, pool, rows, str(start), operator_for)
+    chosen = [t for t in pool if t.task.task_id in {r["extra_info"]["task_id"] for r in rows}]
     path = write_parquet_rows(rows, run_dir / "data" / "repair_grpo" / "train.parquet")
     base = training_data_for(cfg, run_dir / "data")
     info = {"rows": len(rows), "families": len({t.family for t in chosen}),
-            "parent_bins": bin_counts(tasks, chosen), "parquet": str(path.relative_to(run_dir))}
+            "parent_bins": bin_counts(tasks, chosen), "parquet": str(path.relative_to(run_dir)),
+            "prefilter": prefilter}
     return dataclasses.replace(base, train_parquet=path, n_train=len(rows), sft_dir=sft_dir or base.sft_dir), info
+
+
+def sampled_rewards(row: dict[str, Any], programs: Sequence[str | None]) -> list[float]:
+    """The GRPO reward (the env's, on the row) of each sampled program; None (nothing extracted) scores as an
+    answer without code does."""
+    return [round(float(HarnessLegalityEnv(extras=row).step(fenced_answer(p) if p else "")["reward"]), 4)
+            for p in programs]
+
+
+def pass_rate_filter(cfg: Any, run_dir: Path, pool: Sequence[RepairTask], rows: list[dict[str, Any]], start: str,
+                     operator_for: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The W8_TRAIN_COUNT rows of `pool` most likely to give a GRPO group signal, as DAPO and Polaris filter
+    prompts by the policy's pass rate: the start model refines each pool task's parent W8_GRPO_PREFILTER_SAMPLES
+    times (a search node each with its own seed, the search's prompt and sampling; resumable under
+    <run>/harvest/repair_grpo_filter); the rows whose sampled rewards differ come first, then the flat ones by
+    mean reward, lowest first (a group of 8 may still differ where 4 samples did not; a prompt solved every
+    time comes last). Returns the rows and the record: every task's rewards, how many had signal."""
+    k, began = cfg.grpo_prefilter_samples, time.monotonic()
+    operator = (operator_for or model_operator(cfg))(start)
+    knobs = SearchKnobs.from_config(cfg)
+    try:
+        samples = [own_refinements(operator, pool, dataclasses.replace(knobs, seed=knobs.seed + 1 + j),
+                                   Path(run_dir) / "harvest" / "repair_grpo_filter" / f"sample{j}") for j in range(k)]
+    finally:
+        operator.close()
+    rewards = [sampled_rewards(row, [s[i] for s in samples]) for i, row in enumerate(rows)]
+    signal = [i for i, r in enumerate(rewards) if not flat(r)]
+    rest = sorted((i for i, r in enumerate(rewards) if flat(r)), key=lambda i: sum(rewards[i]) / k)
+    keep = (signal + rest)[:cfg.train_count]
+    record = {"samples": k, "candidates": len(rows), "with_signal": len(signal), "model": start,
+              "kept": len(keep), "kept_with_signal": sum(i in signal for i in keep),
+              "generations": k * len(rows), "wall_s": round(time.monotonic() - began, 1),
+              "tasks": [{"task_id": row["extra_info"]["task_id"], "family": pool[i].family, "rewards": rewards[i],
+                         "kept": i in keep} for i, row in enumerate(rows)]}
+    return [rows[i] for i in keep], record
 
 
 def heldin_first_refinement(cfg: Any, run_dir: Path, model: str, label: str,

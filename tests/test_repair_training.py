@@ -21,7 +21,7 @@ from harness.dynamic_sampling import DynamicSampling, flat, with_dynamic_samplin
 from harness.operators import Generation, Operator
 from harness.repair import ANCHOR, RepairKnobs, make_side, splice
 from harness.repair_training import (BINS, balanced_tasks, bin_of, grpo_data, own_refinements, relabeled,
-                                     rule_block, warmstart_data)
+                                     rule_block, sampled_rewards, warmstart_data)
 from harness.rewards import score_harness
 from harness.rule_split import Design
 from harness.search import SearchKnobs
@@ -153,6 +153,55 @@ def test_grpo_rows_are_repair_refinement_prompts(tmp_path: Path):
     rows = pq.read_table(data.train_parquet).to_pylist()
     assert len(rows) == info["rows"] == 4 == data.n_train
     assert all(json.loads(r["extra_info"]["source"])["repair"] for r in rows)
+
+
+class ByTask(Operator):
+    """A stand-in model whose answer depends on the task: `solved` tasks get their reference every time, `mixed`
+    ones the reference on odd seeds and a wrong program on even ones, every other task a wrong program."""
+
+    name, model = "deterministic", "by-task"
+
+    def __init__(self, references: dict, solved: set, mixed: set):
+        self.references, self.solved, self.mixed = references, solved, mixed
+
+    def answer(self, requests):
+        def one(r):
+            tid = r.task.task_id
+            good = tid in self.solved or (tid in self.mixed and r.seed % 2)
+            return "```python\n" + (self.references[tid] if good else wrong_program(r.code)) + "```\n"
+        return [Generation(one(r)) for r in requests]
+
+
+def test_the_pass_rate_filter_keeps_the_prompts_whose_samples_differ(tmp_path: Path):
+    cfg = load_config(env={**SMALL, "W8_GRPO_PREFILTER_SAMPLES": "4"})
+    pool = balanced_tasks(train_tasks(), 8, random.Random(f"repair-grpo:{cfg.train_seed}"))
+    references = {t.task.task_id: t.reference for t in pool}
+    ids = [t.task.task_id for t in pool]
+    solved, mixed = set(ids[:4]), set(ids[4:6])  # 4 always gold, 2 sometimes, 2 never
+    models = []
+    data, info = grpo_data(cfg, tmp_path, start="the-start",
+                           operator_for=lambda m: models.append(m) or ByTask(references, solved, mixed))
+    import pyarrow.parquet as pq
+
+    kept = [r["extra_info"]["task_id"] for r in pq.read_table(data.train_parquet).to_pylist()]
+    record = info["prefilter"]
+    assert models == ["the-start"] and record["candidates"] == 8 and record["generations"] == 32
+    by_task = {t["task_id"]: t["rewards"] for t in record["tasks"]}
+    assert [flat(by_task[i]) for i in ids] == [True] * 4 + [False] * 2 + [True] * 2  # 4 samples: seeds 1-4
+    assert all(min(by_task[i]) > 1.0 for i in solved)  # gold plus the bonus every time: no GRPO signal
+    assert record["with_signal"] == 2 == record["kept_with_signal"]
+    # 4 rows: the 2 with signal, then the 2 never solved (lowest mean first); no always-solved prompt is trained on
+    assert len(kept) == 4 == data.n_train and set(kept) == set(ids[4:])
+
+
+def test_sampled_rewards_are_the_grpo_reward(tmp_path: Path):
+    data, _ = grpo_data(load_config(env=SMALL), tmp_path)
+    import pyarrow.parquet as pq
+
+    row = pq.read_table(data.train_parquet).to_pylist()[0]
+    task = next(t for t in train_tasks() if t.task.task_id == row["extra_info"]["task_id"])
+    gold, same, none = sampled_rewards(row, [task.reference, task.parent, None])
+    assert gold > 1.0 > none and same < gold  # the reference: gold plus the improvement bonus; the parent: penalized
 
 
 # ---- dynamic sampling -----------------------------------------------------------------------------

@@ -98,6 +98,10 @@ def test_the_repair_curriculum_plans_repair_sft_and_counts_its_relabeling_harves
     assert gens == {"sft": 0, "repair_sft": 48, "trained": 48 + 120}
     assert matched_budgets(cfg, arms)["trained"] == 4 + math.ceil(168 / 16)
     assert planned_arms(cfg.replace(curriculum="none")) == ["frozen", "frozen_matched", "sft", "trained"]
+    # the pass-rate filter: 4 answers to each of 2 x 16 prompts from the trained arm's start, before its GRPO
+    filtered = cfg.replace(grpo_prefilter_samples=4)
+    assert planned_training_generations(filtered, arms) == {"sft": 0, "repair_sft": 48, "trained": 48 + 128 + 120}
+    assert planned_training_generations(filtered.replace(curriculum="none"), arms)["trained"] == 120
 
 
 def test_a_matched_budget_over_the_cap_is_one_line_naming_the_cap():
