@@ -202,7 +202,8 @@ def grpo_zero_variance(run_dir: Path) -> dict[str, dict]:
         path = run_dir / name
         if arm not in grpo or not path.is_file():
             continue
-        steps = json.loads(path.read_text()).get("steps") or []
+        metrics = json.loads(path.read_text())
+        steps = metrics.get("steps") or []
         # the dynamic-sampling record (every group sampled; flat = max - min <= 1e-9) where a step has it: TRL's
         # frac_reward_zero_std tests std against 0 with isclose's 1e-8, and float noise (std 1e-7 in a group of
         # eight equal rewards) reads as variance
@@ -212,7 +213,8 @@ def grpo_zero_variance(run_dir: Path) -> dict[str, dict]:
         kinds = [(s.get("prompts_zero_shot"), s.get("prompts_refine")) for s in steps]
         out[arm] = {"per_step": shares, "share": round(sum(shares) / len(shares), 4) if shares else None,
                     "steps": len(steps),
-                    "prompt_kinds": kinds if all(None not in k for k in kinds) and kinds else None}
+                    "prompt_kinds": kinds if all(None not in k for k in kinds) and kinds else None,
+                    "prefilter": (metrics.get("repair_grpo") or {}).get("prefilter")}
     return out
 
 
@@ -287,6 +289,11 @@ def zero_variance_lines(zero: dict[str, dict]) -> list[str]:
                  " ".join(f"{a:g}/{b:g}" for a, b in z["prompt_kinds"])) if z.get("prompt_kinds") else ""
         lines.append(f"- `{arm}` ({z['steps']} GRPO steps): zero-variance share of groups per step: {per_step}; "
                      f"over all steps {_num(z['share'])} (a zero-variance group gives GRPO no gradient){kinds}")
+        if z.get("prefilter"):
+            f = z["prefilter"]
+            lines.append(f"  - its prompts, chosen by pass rate: {f['with_signal']} of {f['candidates']} repair prompts "
+                         f"had unequal rewards over {f['samples']} answers of its start model; {f['kept_with_signal']} "
+                         f"of the {f['kept']} trained on ({f['generations']} generations, {f['wall_s']:.0f} s)")
     return lines or ["- no GRPO training in this run"]
 
 

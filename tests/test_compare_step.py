@@ -47,7 +47,9 @@ def test_sft_and_trained_alone_compare_with_task_level_numbers(run):
     write_arm(run_dir, "trained", list(reversed(arm([0, 1, 3, 3, 0, 0]))))  # other order: matched by key
     (run_dir / "grpo_metrics.json").write_text(json.dumps({"steps": [
         {"step": 1, "zero_variance_groups": 0.0, "prompts_zero_shot": 1, "prompts_refine": 0},
-        {"step": 2, "zero_variance_groups": 1.0, "prompts_zero_shot": 0, "prompts_refine": 1}]}))
+        {"step": 2, "zero_variance_groups": 1.0, "prompts_zero_shot": 0, "prompts_refine": 1}],
+        "repair_grpo": {"prefilter": {"samples": 4, "candidates": 8, "with_signal": 3, "kept": 4, "kept_with_signal": 3,
+                                      "generations": 32, "wall_s": 61.2, "tasks": []}}}))
     proc = compare(env)
     assert proc.returncode == 0, proc.stderr
     result = json.loads((run_dir / "trace_compare.json").read_text())
@@ -58,6 +60,8 @@ def test_sft_and_trained_alone_compare_with_task_level_numbers(run):
     assert "**trained vs sft (what training added to the oracle warm-start)** (n = 3 tasks)" in summary
     assert ("zero-variance share of groups per step: 0.00 1.00; over all steps 0.50 (a zero-variance group gives "
             "GRPO no gradient); prompts per step (zero-shot/refinement): 1/0 0/1") in summary
+    assert ("its prompts, chosen by pass rate: 3 of 8 repair prompts had unequal rewards over 4 answers of its start "
+            "model; 3 of the 4 trained on (32 generations, 61 s)") in summary
     table = summary.split("## every search")[1]
     assert "| `heldout/p0/1/seed0/n24` | 0 | 17 | 0 |" in table  # the sft and trained cells of one key
     assert result["grpo_zero_variance"]["trained"]["steps"] == 2
