@@ -5,7 +5,8 @@
     sft = train_sft(resolve_model("smollm2-135m"), run_dir / "sft", data, steps=16, hp=LOCAL, report_to="none",
                     precision="auto")             # W8_TRAIN_PRECISION: bf16 autocast where the CPU has it
     grpo = train_grpo(str(sft.policy_dir), run_dir / "grpo", data, grpo_steps(16, 1, 1), 448, LOCAL,
-                      report_to="tensorboard")    # W8_REPORT_TO: TensorBoard files in run_dir/grpo/logs
+                      report_to="tensorboard",    # W8_REPORT_TO: TensorBoard files in run_dir/grpo/logs
+                      sampler="llamacpp")         # W8_GRPO_SAMPLER: each group sampled by llama.cpp (grpo_rollout)
 
 Training writes `<out>/global_step_N/policy` HF exports (config.json, weights,
 tokenizer), the same layout SkyRL's `hf_save_interval` produces on the GPU node, plus
@@ -23,7 +24,7 @@ import json
 import os
 import shutil
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -34,6 +35,7 @@ from harness.exports import export_policy, newest_export_step, quiet_transformer
 from harness.hparams import Hparams
 from harness.metrics import write_metrics
 from harness.files import shown_path
+from harness.grpo_rollout import rollout_for
 from harness.models import check_model_dir
 from harness.sandbox_protocol import SandboxError
 from harness.training_data import PROMPT_KINDS, TrainingData, check_skyrl_parquet, row_prompt_kind
@@ -352,7 +354,7 @@ def grpo_steps(train_count: int, epochs: int, max_steps: int) -> int:
 
 def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: int, max_completion_length: int,
                hp: Hparams, seed: int = 0, gradient_checkpointing: bool | None = None, *, report_to: str,
-               precision: str = "auto", dynamic_tries: int = 0) -> TrainResult:
+               precision: str = "auto", dynamic_tries: int = 0, sampler: str = "hf") -> TrainResult:
     """TRL GRPOTrainer on CPU, reward = HarnessLegalityEnv.step -> global_step_N/policy + metrics.
 
     One prompt (train task) and hp.group_size sampled completions per step (3 to 3.5 minutes
@@ -360,7 +362,9 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
     token budget (W8_OPERATOR_MAX_NEW_TOKENS). Resumable like train_sft; report_to, precision and
     gradient_checkpointing as there. dynamic_tries (W8_GRPO_DYNAMIC_TRIES): a group whose rewards are all equal
     is replaced by another prompt's group, at most that many times a step (harness.dynamic_sampling); each
-    step's log then holds every group it sampled with its rewards, and the share of flat ones.
+    step's log then holds every group it sampled with its rewards, and the share of flat ones. sampler
+    (W8_GRPO_SAMPLER): "hf" samples with the trainer's generate, "llamacpp" with llama.cpp workers on an F16 GGUF
+    of the current weights (harness.grpo_rollout; each step row then has export_time_s).
     """
     from datasets import load_dataset
     from transformers import TrainerCallback
@@ -370,6 +374,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
     start_path, done, finished = _start(model_path, out_dir, steps)
     if finished:
         return finished
+    rollout = rollout_for(sampler, seed, done)  # None for "hf"; a bad name or no llama.cpp stops here
     check_skyrl_parquet(data.train_parquet)
     dataset = load_dataset("parquet", data_files=str(data.train_parquet), split="train")
     precision = resolve_precision(precision)
@@ -377,12 +382,12 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
     model, tokenizer = _load(start_path, seed)
     if precision == "bf16":
         generate_without_autocast(model)
-    generate_batches = count_generate_calls(model)
+    generate_batches = rollout.record if rollout else count_generate_calls(model)  # the same fields either way
     _warn_if_answer_is_cut(tokenizer, data, max_completion_length)
     reward = EnvReward()
     sampling = DynamicSampling(list(dataset), dynamic_tries, seed)
     log: list[dict[str, Any]] = _prior_steps(out_dir) if done else []
-    clock = {"t": time.monotonic(), "reward_s": 0.0, "kinds": dict(reward.kinds), "generate_s": 0.0}
+    clock = {"t": time.monotonic(), "reward_s": 0.0, "kinds": dict(reward.kinds), "generate_s": 0.0, "export_s": 0.0}
 
     class StepLog(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -390,7 +395,8 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                 return
             now = time.monotonic()
             scoring = reward.seconds - clock["reward_s"]
-            sampled = sum(generate_batches["seconds"]) - clock["generate_s"]
+            sampled = sum(generate_batches["seconds"]) - clock["generate_s"]  # hf: generate; llamacpp: the workers
+            exported = sum(generate_batches.get("export_seconds", [])) - clock["export_s"]
             groups = sampling.take_step()  # every group this step sampled (dynamic sampling), with its rewards
             # the step's prompts by kind: its samples of each kind / the group (every sample of a group shares a row)
             prompts = {f"prompts_{kind}": (reward.kinds[kind] - clock["kinds"][kind]) / hp.group_size
@@ -402,14 +408,15 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                         "zero_variance_groups": logs.get("frac_reward_zero_std"),
                         "step_time_s": round(now - clock["t"], 2), "reward_time_s": round(scoring, 3),
                         "generate_time_s": round(sampled, 2), **prompts, **groups,
+                        **({"export_time_s": round(exported, 2)} if rollout else {}),
                         "generations": groups["groups_sampled"] * hp.group_size})
             clock.update(t=now, reward_s=reward.seconds, kinds=dict(reward.kinds),
-                         generate_s=sum(generate_batches["seconds"]))
+                         generate_s=sum(generate_batches["seconds"]), export_s=exported + clock["export_s"])
 
     # One completion per forward/backward (micro batch 1, accumulated over the group): the logits of a
     # whole group (group x ~1.8k tokens x 49k vocab in float32) were most of a 12 GB peak; one optimizer
     # step per group, as before.
-    with scratch_dir(out_dir) as scratch, training_logs(report_to, out_dir) as reporters:
+    with scratch_dir(out_dir) as scratch, training_logs(report_to, out_dir) as reporters, rollout or nullcontext():
         args = GRPOConfig(output_dir=scratch, max_steps=steps - done, per_device_train_batch_size=1,
                           gradient_accumulation_steps=hp.group_size,
                           num_generations=hp.group_size, max_completion_length=max_completion_length,
@@ -420,7 +427,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
                           gradient_checkpointing=checkpointing, bf16=precision == "bf16", fp16=False)
         trainer_class = with_dynamic_sampling(GRPOTrainer, sampling, lambda: reward.last)
         trainer = trainer_class(model=model, reward_funcs=[reward], args=args, train_dataset=dataset,
-                              processing_class=tokenizer,
+                              processing_class=tokenizer, rollout_func=rollout,
                               callbacks=[StepLog(), progress_callback("GRPO", steps, done, ("reward", "reward_std"))])
         quiet(trainer)
         trainer.train()
@@ -428,7 +435,7 @@ def train_grpo(model_path: str, out_dir: str | Path, data: TrainingData, steps: 
     meta = {"model": shown_path(model_path, Path(out_dir).parent), "steps": steps, "group_size": hp.group_size, "lr": hp.grpo_lr,
             "beta": hp.kl_coef, "temperature": hp.grpo_temperature, "max_completion_length": max_completion_length,
             "train_rows": data.n_train, "reward_calls": reward.calls, "precision": precision,
-            "dynamic_tries": dynamic_tries,
+            "dynamic_tries": dynamic_tries, "sampler": sampler, **(rollout.summary() if rollout else {}),
             "gradient_checkpointing": checkpointing,
             # TRL generates a step's whole generation batch (per_device 1 x accumulation = the group) in one
             # generate call: these record it, per call, so a run shows its groups were generated batched

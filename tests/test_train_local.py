@@ -88,13 +88,13 @@ def test_exports_are_atomic_and_the_newest_complete_one_wins(tmp_path, smollm2):
     assert (tmp_path / "metrics.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def tiny_rows(tmp_path: Path):
+def tiny_rows(tmp_path: Path, prompt: list[dict] | None = None):
     """Real rows (ground truth, extra_info, SFT answer) of two train tasks with a short prompt, so a
     2-layer model steps in well under a second; the env scores them exactly as on full prompts."""
     from harness.dataset import make_task
 
-    prompt = [{"role": "system", "content": "Write is_legal_action(state, action)."},
-              {"role": "user", "content": "Page: click-dialog."}]
+    prompt = prompt or [{"role": "system", "content": "Write is_legal_action(state, action)."},
+                        {"role": "user", "content": "Page: click-dialog."}]
     tasks = [make_task("train", seed, 8) for seed in (0, 1)]
     rows = [{**skyrl_row(t, REWARD), "prompt": prompt} for t in tasks]
     # two answers to one prompt (always True, always False): the SFT model samples both, so a GRPO
@@ -162,6 +162,45 @@ def test_tiny_sft_then_one_real_grpo_step_changes_the_weights(tmp_path, smollm2)
     assert groups[0]["flat"] and len(groups) == step["groups_sampled"] == 3 and step["groups_dropped"] == 2
     assert [g["kept"] for g in groups] == [False, False, True] and all(len(g["rewards"]) == 8 for g in groups)
     assert step["generations"] == 24 and step["zero_variance_share_sampled"] == 1.0 and step["kept_group_flat"]
+
+
+@pytest.mark.slow
+def test_a_grpo_step_sampled_by_llama_cpp_on_an_export_of_the_policy(tmp_path, smollm2):
+    """One GRPO step of SmolLM2-135M whose group of 4 llama.cpp sampled from an F16 GGUF of the trainer's weights:
+    the step row times the export and the sampling, metrics.json names the export, the policy is exported, and the
+    group's mean length is what llama.cpp gives on the same weights, prompt ids and seeds (not HF's generate)."""
+    from harness.gguf_export import gguf_for
+    from harness.grpo_rollout import end_at_eos, sample_seed
+    from harness.llamacpp import LlamaCppEngine
+    from harness.train_local import train_grpo
+    from transformers import AutoTokenizer
+
+    prompt = [{"role": "user", "content": "Name three fruits, one per line."}]  # short answers of varied lengths
+    data = tiny_rows(tmp_path / "data", prompt)
+    hp = replace(LOCAL, group_size=4, grpo_temperature=1.0)
+    grpo = train_grpo(smollm2, tmp_path / "grpo", data, 1, 48, hp, report_to="none", sampler="llamacpp")
+    record = json.loads(grpo.metrics_path.read_text())
+    [step] = record["steps"]
+    assert record["sampler"] == "llamacpp" and record["gguf_type"] == "F16" and record["llamacpp_workers"] >= 1
+    [export] = record["gguf_exports"]
+    assert export["step"] == 0 and export["gguf"] == "policy-step0-F16.gguf" and export["bytes"] > 200_000_000
+    assert (record["generate_calls"], record["generate_batch_sizes"]) == (1, [4]), "one group, one rollout call"
+    assert step["export_time_s"] == pytest.approx(record["export_seconds"], abs=0.05) and step["export_time_s"] > 0
+    assert 0 < step["generate_time_s"] == pytest.approx(record["generate_seconds"], abs=0.05)
+    assert step["export_time_s"] + step["generate_time_s"] <= step["step_time_s"] + 1
+    assert grpo.policy_dir == tmp_path / "grpo" / "global_step_1" / "policy"
+    assert (grpo.policy_dir / "config.json").is_file() and (grpo.policy_dir / "model.safetensors").is_file()
+    assert not (tmp_path / "grpo" / ".scratch").exists(), "the export and its workers' files are gone"
+    tokenizer = AutoTokenizer.from_pretrained(smollm2)
+    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=False)
+    engine = LlamaCppEngine(gguf_for(smollm2, "F16", cache=tmp_path / "gguf"), workers=1)  # the same weights at F16
+    try:
+        answers = engine.generate([(ids, sample_seed(0, 0, 0, i)) for i in range(4)], 48, 1.0, tokenizer.eos_token_id)
+    finally:
+        engine.close()
+    lengths = [len(end_at_eos(new, [tokenizer.eos_token_id])) for new, _ in answers]
+    assert len(set(lengths)) > 1, "the seeds must give answers of different lengths for this check to mean anything"
+    assert step["completion_length"] == sum(lengths) / 4
 
 
 def test_results_name_models_without_machine_paths(tmp_path):
