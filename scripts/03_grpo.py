@@ -54,7 +54,7 @@ def train_local(cfg, model: str, run_dir: Path, name: str, data: TrainingData | 
         train_grpo(local_model(model), run_dir / name, data or training_data_for(cfg, run_dir / "data"),
                    grpo_steps(cfg.train_count, cfg.grpo_epochs, cfg.grpo_max_steps), cfg.operator_max_new_tokens,
                    for_config(cfg), seed=cfg.train_seed, report_to=cfg.report_to, precision=cfg.train_precision,
-                   dynamic_tries=cfg.grpo_dynamic_tries)
+                   dynamic_tries=cfg.grpo_dynamic_tries, sampler=cfg.grpo_sampler)
     except SandboxError as err:
         raise StepError(str(err)) from None
     return {"sandbox": sandbox_provenance()}
