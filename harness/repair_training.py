@@ -20,8 +20,8 @@ Rows are shuffled with W8_TRAIN_SEED; one SFT step per row. The repair GRPO rows
 prompts of train repair tasks (harness.repair_rows.repair_refine_rows: the reward scores every example of the
 task, shown and unshown, gold or the shaped improvement over the parent). A prompt the start model already
 solves every time gives a group of equal rewards, which GRPO learns nothing from: with W8_GRPO_PREFILTER_SAMPLES
-the start model first samples that many answers to each of twice as many prompts, and the prompts whose
-rewards differ are kept first (pass_rate_filter).
+the start model first samples that many answers to each of twice as many prompts; the prompts whose rewards
+differ come first, then those it never solves, and those it always solves are left out (pass_rate_filter).
 """
 
 from __future__ import annotations
@@ -238,11 +238,11 @@ def grpo_data(cfg: Any, run_dir: Path, sft_dir: Path | None = None, start: str |
     return dataclasses.replace(base, train_parquet=path, n_train=len(rows), sft_dir=sft_dir or base.sft_dir), info
 
 
-def sampled_rewards(row: dict[str, Any], programs: Sequence[str | None]) -> list[float]:
-    """The GRPO reward (the env's, on the row) of each sampled program; None (nothing extracted) scores as an
-    answer without code does."""
-    return [round(float(HarnessLegalityEnv(extras=row).step(fenced_answer(p) if p else "")["reward"]), 4)
-            for p in programs]
+def sampled_rewards(row: dict[str, Any], programs: Sequence[str | None]) -> list[tuple[float, bool]]:
+    """The GRPO reward (the env's, on the row) of each sampled program and whether it is gold; None (nothing
+    extracted) scores as an answer without code does."""
+    outs = [HarnessLegalityEnv(extras=row).step(fenced_answer(p) if p else "") for p in programs]
+    return [(round(float(o["reward"]), 4), bool(o["metadata"]["gold"])) for o in outs]
 
 
 def pass_rate_filter(cfg: Any, run_dir: Path, pool: Sequence[RepairTask], rows: list[dict[str, Any]], start: str,
@@ -250,9 +250,11 @@ def pass_rate_filter(cfg: Any, run_dir: Path, pool: Sequence[RepairTask], rows: 
     """The W8_TRAIN_COUNT rows of `pool` most likely to give a GRPO group signal, as DAPO and Polaris filter
     prompts by the policy's pass rate: the start model refines each pool task's parent W8_GRPO_PREFILTER_SAMPLES
     times (a search node each with its own seed, the search's prompt and sampling; resumable under
-    <run>/harvest/repair_grpo_filter); the rows whose sampled rewards differ come first, then the flat ones by
-    mean reward, lowest first (a group of 8 may still differ where 4 samples did not; a prompt solved every
-    time comes last). Returns the rows and the record: every task's rewards, how many had signal."""
+    <run>/harvest/repair_grpo_filter); the rows whose sampled rewards differ come first, then the flat ones below
+    gold by mean reward, lowest first (a group of 8 may still differ where 4 samples did not). A prompt solved
+    every time is left out (its group is flat: DAPO drops such groups), so there may be fewer rows than
+    W8_TRAIN_COUNT; only when every prompt is always solved are those the rows. Returns the rows and the record:
+    every task's rewards, how many had signal."""
     k, began = cfg.grpo_prefilter_samples, time.monotonic()
     operator = (operator_for or model_operator(cfg))(start)
     knobs = SearchKnobs.from_config(cfg)
@@ -261,11 +263,14 @@ def pass_rate_filter(cfg: Any, run_dir: Path, pool: Sequence[RepairTask], rows: 
                                    Path(run_dir) / "harvest" / "repair_grpo_filter" / f"sample{j}") for j in range(k)]
     finally:
         operator.close()
-    rewards = [sampled_rewards(row, [s[i] for s in samples]) for i, row in enumerate(rows)]
+    scored = [sampled_rewards(row, [s[i] for s in samples]) for i, row in enumerate(rows)]
+    rewards = [[r for r, _ in one] for one in scored]
     signal = [i for i, r in enumerate(rewards) if not flat(r)]
-    rest = sorted((i for i, r in enumerate(rewards) if flat(r)), key=lambda i: sum(rewards[i]) / k)
-    keep = (signal + rest)[:cfg.train_count]
-    record = {"samples": k, "candidates": len(rows), "with_signal": len(signal), "model": start,
+    solved = [i for i, one in enumerate(scored) if flat(rewards[i]) and all(gold for _, gold in one)]
+    rest = sorted((i for i, r in enumerate(rewards) if flat(r) and i not in solved), key=lambda i: sum(rewards[i]) / k)
+    keep = (signal + rest)[:cfg.train_count] or solved[:cfg.train_count]
+    record = {"samples": k, "candidates": len(rows), "with_signal": len(signal), "always_solved": len(solved),
+              "model": start,
               "kept": len(keep), "kept_with_signal": sum(i in signal for i in keep),
               "generations": k * len(rows), "wall_s": round(time.monotonic() - began, 1),
               "tasks": [{"task_id": row["extra_info"]["task_id"], "family": pool[i].family, "rewards": rewards[i],

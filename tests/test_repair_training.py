@@ -156,18 +156,19 @@ def test_grpo_rows_are_repair_refinement_prompts(tmp_path: Path):
 
 
 class ByTask(Operator):
-    """A stand-in model whose answer depends on the task: `solved` tasks get their reference every time, `mixed`
-    ones the reference on odd seeds and a wrong program on even ones, every other task a wrong program."""
+    """A stand-in model whose answer depends on the task: `never` tasks get a wrong program every time, `mixed`
+    ones the reference on odd seeds and a wrong program on even ones, every other task its reference."""
 
     name, model = "deterministic", "by-task"
 
-    def __init__(self, references: dict, solved: set, mixed: set):
-        self.references, self.solved, self.mixed = references, solved, mixed
+    def __init__(self, never: set, mixed: set):
+        self.references = {t.task.task_id: t.reference for t in train_tasks()}
+        self.never, self.mixed = never, mixed
 
     def answer(self, requests):
         def one(r):
             tid = r.task.task_id
-            good = tid in self.solved or (tid in self.mixed and r.seed % 2)
+            good = tid not in self.never and (tid not in self.mixed or r.seed % 2)
             return "```python\n" + (self.references[tid] if good else wrong_program(r.code)) + "```\n"
         return [Generation(one(r)) for r in requests]
 
@@ -175,12 +176,11 @@ class ByTask(Operator):
 def test_the_pass_rate_filter_keeps_the_prompts_whose_samples_differ(tmp_path: Path):
     cfg = load_config(env={**SMALL, "W8_GRPO_PREFILTER_SAMPLES": "4"})
     pool = balanced_tasks(train_tasks(), 8, random.Random(f"repair-grpo:{cfg.train_seed}"))
-    references = {t.task.task_id: t.reference for t in pool}
     ids = [t.task.task_id for t in pool]
-    solved, mixed = set(ids[:4]), set(ids[4:6])  # 4 always gold, 2 sometimes, 2 never
+    solved, mixed, never = set(ids[:4]), set(ids[4:6]), set(ids[6:])  # 4 always gold, 2 sometimes, 2 never
     models = []
     data, info = grpo_data(cfg, tmp_path, start="the-start",
-                           operator_for=lambda m: models.append(m) or ByTask(references, solved, mixed))
+                           operator_for=lambda m: models.append(m) or ByTask(never, mixed))
     import pyarrow.parquet as pq
 
     kept = [r["extra_info"]["task_id"] for r in pq.read_table(data.train_parquet).to_pylist()]
@@ -191,7 +191,13 @@ def test_the_pass_rate_filter_keeps_the_prompts_whose_samples_differ(tmp_path: P
     assert all(min(by_task[i]) > 1.0 for i in solved)  # gold plus the bonus every time: no GRPO signal
     assert record["with_signal"] == 2 == record["kept_with_signal"]
     # 4 rows: the 2 with signal, then the 2 never solved (lowest mean first); no always-solved prompt is trained on
-    assert len(kept) == 4 == data.n_train and set(kept) == set(ids[4:])
+    assert len(kept) == 4 == data.n_train and set(kept) == set(ids[4:]) and record["always_solved"] == 4
+    # with room for 8 rows (a pool of 16), the always-solved prompts are still left out
+    more, info8 = grpo_data(cfg.replace(train_count=8), tmp_path / "eight", start="the-start",
+                            operator_for=lambda m: ByTask(never, mixed))
+    unsolved = {t["task_id"] for t in info8["prefilter"]["tasks"]} & (mixed | never)
+    assert more.n_train == len(unsolved) == info8["prefilter"]["kept"] < 8
+    assert info8["prefilter"]["always_solved"] == 16 - len(unsolved)
 
 
 def test_sampled_rewards_are_the_grpo_reward(tmp_path: Path):
@@ -200,8 +206,9 @@ def test_sampled_rewards_are_the_grpo_reward(tmp_path: Path):
 
     row = pq.read_table(data.train_parquet).to_pylist()[0]
     task = next(t for t in train_tasks() if t.task.task_id == row["extra_info"]["task_id"])
-    gold, same, none = sampled_rewards(row, [task.reference, task.parent, None])
+    (gold, is_gold), (same, same_gold), (none, none_gold) = sampled_rewards(row, [task.reference, task.parent, None])
     assert gold > 1.0 > none and same < gold  # the reference: gold plus the improvement bonus; the parent: penalized
+    assert (is_gold, same_gold, none_gold) == (True, False, False)
 
 
 # ---- dynamic sampling -----------------------------------------------------------------------------
