@@ -292,7 +292,7 @@ def zero_variance_lines(zero: dict[str, dict]) -> list[str]:
         if z.get("prefilter"):
             f = z["prefilter"]
             lines.append(f"  - its prompts, chosen by pass rate: {f['with_signal']} of {f['candidates']} repair prompts "
-                         f"had unequal rewards over {f['samples']} answers of its start model; {f['kept_with_signal']} "
+                         f"had unequal rewards over {f['samples']} answer{'s' * (f['samples'] != 1)} of its start model; {f['kept_with_signal']} "
                          f"of the {f['kept']} trained on ({f['generations']} generations, {f['wall_s']:.0f} s)")
     return lines or ["- no GRPO training in this run"]
 
