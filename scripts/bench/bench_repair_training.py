@@ -13,7 +13,8 @@ and, with --stages sft,grpo, trained (repair GRPO from it, dynamic sampling, the
 half-way and the end when W8_REPAIR_TRAIN_EVAL=1). Last, the held-in repair benchmark at W8_REPAIR_BUDGET
 refinements for each export and the rule-library ceiling: <out>/repair_eval.json, as step 04 writes it
 (harness.repair_training.run_benchmark). Everything resumes: a finished training or search is kept.
-Ends with one line per arm, and the wall time of each part.
+Each training's own record (the rows, the relabeling harvest, the GRPO prompts' pass-rate filter) is written to
+<out>/<arm>_training.json. Ends with one line per arm, and the wall time of each part.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         if stage not in stages:
             continue
         start = time.monotonic()
-        TRAININGS[arm](cfg, out, trainers)
+        done = TRAININGS[arm](cfg, out, trainers)
+        atomic_write_json(out / f"{arm}_training.json", done.info)  # what step 03 puts in <arm>'s metrics file
         walls[arm] = round(time.monotonic() - start, 1)
         models[arm] = str(newest_export(out / folder))
         print(f"{arm}: {models[arm]} in {walls[arm]:.0f}s", flush=True)
