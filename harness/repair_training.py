@@ -229,7 +229,8 @@ def grpo_data(cfg: Any, run_dir: Path, sft_dir: Path | None = None, start: str |
     prefilter = None
     if k:
         rows, prefilter = pass_rate_filter(cfg, run_dir, pool, rows, str(start), operator_for)
-    chosen = [t for t in pool if t.task.task_id in {r["extra_info"]["task_id"] for r in rows}]
+    kept = {r["extra_info"]["task_id"] for r in rows}
+    chosen = [t for t in pool if t.task.task_id in kept]
     path = write_parquet_rows(rows, run_dir / "data" / "repair_grpo" / "train.parquet")
     base = training_data_for(cfg, run_dir / "data")
     info = {"rows": len(rows), "families": len({t.family for t in chosen}),
@@ -247,7 +248,7 @@ def sampled_rewards(row: dict[str, Any], programs: Sequence[str | None]) -> list
 
 def pass_rate_filter(cfg: Any, run_dir: Path, pool: Sequence[RepairTask], rows: list[dict[str, Any]], start: str,
                      operator_for: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The W8_TRAIN_COUNT rows of `pool` most likely to give a GRPO group signal, as DAPO and Polaris filter
+    """At most W8_TRAIN_COUNT rows of `pool`, those most likely to give a GRPO group signal, as DAPO and Polaris filter
     prompts by the policy's pass rate: the start model refines each pool task's parent W8_GRPO_PREFILTER_SAMPLES
     times (a search node each with its own seed, the search's prompt and sampling; resumable under
     <run>/harvest/repair_grpo_filter); the rows whose sampled rewards differ come first, then the flat ones below
