@@ -45,8 +45,8 @@ setup: $(STAMP) $(CHROMIUM) ## create .venv, install pinned requirements and Deb
 
 # The suite in two parts, split by pytest's `slow` marker (pytest.ini): CI runs both. A test that takes
 # more than a few seconds carries @pytest.mark.slow. Each part ends with its time beside the baseline.
-test: setup ## every test not marked slow: real Chromium, real sandbox, fake-sky launches (~5 min on 2 cores)
-	@$(PY) scripts/time_tests.py test -- -q -m "not slow"
+test: setup ## every test not marked slow: real Chromium, real sandbox, fake-sky launches (~3 min on 2 cores)
+	@$(PY) scripts/time_tests.py test -- -q -m "not slow" -n 2 --dist loadfile
 
 test-slow: setup ## the tests marked slow: two-node Ray, SkyRL plans, dry-run plans, real training (~6 min on 2 cores)
 	@$(PY) scripts/time_tests.py test-slow -- -q -m slow

@@ -1,6 +1,6 @@
 """Run one part of the test suite and end with its wall time beside the baseline: `make test`, `make test-slow`.
 
-    python scripts/time_tests.py test -- -q -m "not slow"     # what make test runs
+    python scripts/time_tests.py test -- -q -m "not slow" -n 2 --dist loadfile   # what make test runs
     python scripts/time_tests.py test-slow -- -q -m slow      # what make test-slow runs
 
 Runs `python -m pytest <args>` from the repo root, shows its output as it comes, passes its exit
