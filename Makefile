@@ -45,7 +45,7 @@ setup: $(STAMP) $(CHROMIUM) ## create .venv, install pinned requirements and Deb
 
 # The suite in two parts, split by pytest's `slow` marker (pytest.ini): CI runs both. A test that takes
 # more than a few seconds carries @pytest.mark.slow. Each part ends with its time beside the baseline.
-test: setup ## every test not marked slow: real Chromium, real sandbox, fake-sky launches (~3 min on 2 cores)
+test: setup ## every test not marked slow: real Chromium, real sandbox, fake-sky launches (~2 min on 2 cores)
 	@$(PY) scripts/time_tests.py test -- -q -m "not slow" -n 2 --dist loadfile
 
 test-slow: setup ## the tests marked slow: two-node Ray, SkyRL plans, dry-run plans, real training (~6 min on 2 cores)
@@ -122,7 +122,7 @@ smoke: setup ## the whole r3 pipeline locally on tiny knobs, a real model step p
 local: setup ## the whole r3 pipeline on the embedded model with CPU defaults -> results/<run-id>/ (~9 min on 2 cores)
 	@$(RUN_ID_TO_ENV); W8_PRESET=local bash scripts/run_r3.sh
 
-study: setup ## the CPU study of the search on the rule split: 32 held-out tasks x 6 arms at a budget of 8 (~2 h, 2 cores) -> results/<run-id>/
+study: setup ## the CPU study of the search on the rule split: 32 held-out tasks x 7 arms at a budget of 8 (~7 h, 2 cores) -> results/<run-id>/
 	@$(RUN_ID_TO_ENV); W8_PRESET=study bash scripts/run_r3.sh
 
 launch: ## dry-run, then sky launch -c w8-biayn-r3 -y --down sky/r3.yaml (presets/gcp.env), output kept in .w8-biayn/logs/; a failed or interrupted launch is torn down (docs/gpu-launch.md)
